@@ -1,0 +1,21 @@
+"""gpu-stack: the NVIDIA GPU Operator's job as a Pulumi program.
+
+Read the stack configuration once, build the stack against the stack's own cluster, export what workload
+teams and reviewers need. An invalid configuration stops here, before anything is registered.
+"""
+
+import pulumi
+
+from components.config import load_config, program_config
+from components.stack import GpuStack, kubernetes_provider
+
+config = load_config(program_config())
+provider = kubernetes_provider(config)
+stack = GpuStack("gpu-stack", config, opts=pulumi.ResourceOptions(providers=[provider]))
+
+pulumi.export("cluster", config.cluster.name)
+pulumi.export("namespace", config.cluster.namespace)
+pulumi.export("states", list(stack.states))
+pulumi.export("nodePools", {p.name: {"workloadType": p.workload_type, "gpuModel": p.gpu_model} for p in config.node_pools})
+gate = stack.states.get("stack-validation")
+pulumi.export("validation", gate.result if gate is not None else {"status": "off"})

@@ -1,0 +1,65 @@
+"""Data the stack is checked against: the GPU Operator v26.7.0 image set and the GPU models gpu-stack knows.
+
+Versions come from the operator's Helm values at tag v26.7.0 (fact sheet §12); the registry paths are
+NVIDIA's published ones. Nothing here is computed: a reviewer can diff this file against a release note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPERATOR_RELEASE = "v26.7.0"
+
+DEFAULT_REGISTRY = "nvcr.io"
+
+# component -> (repository path below the registry, default tag)
+IMAGES: dict[str, tuple[str, str]] = {
+    "driver": ("nvidia/driver", "595.91.07"),
+    "driverManager": ("nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": ("nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": ("nvidia/k8s-device-plugin", "v0.20.0"),
+    "validator": ("nvidia/gpu-operator", OPERATOR_RELEASE),
+}
+
+# The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).
+NFD_CHART = "node-feature-discovery"
+NFD_CHART_REPOSITORY = "oci://registry.k8s.io/nfd/charts"
+NFD_CHART_VERSION = "0.19.0"
+
+ARCHITECTURES = ("volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    pci_device_ids: tuple[str, ...]
+    architecture: str
+    memory_gib: int
+    mig_capable: bool
+
+
+# PCI ids follow the device filters of the operator's default-mig-parted-config (fact sheet §6.5) where the
+# model is MIG-capable; the MIG profile table itself arrives with the MIG catalog.
+GPU_MODELS: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel("V100", ("0x1DB4", "0x1DB5", "0x1DB6"), "volta", 32, False),
+        GpuModel("T4", ("0x1EB8",), "turing", 16, False),
+        GpuModel("A10", ("0x2236",), "ampere", 24, False),
+        GpuModel("A30", ("0x20B7",), "ampere", 24, True),
+        GpuModel("A100-40GB", ("0x20B0", "0x20B1", "0x20F1", "0x20F6"), "ampere", 40, True),
+        GpuModel("A100-80GB", ("0x20B2", "0x20B5", "0x20F3", "0x20F5"), "ampere", 80, True),
+        GpuModel("L4", ("0x27B8",), "ada-lovelace", 24, False),
+        GpuModel("L40S", ("0x26B9",), "ada-lovelace", 48, False),
+        GpuModel("H100-80GB", ("0x2330", "0x2331", "0x2322", "0x2324"), "hopper", 80, True),
+        GpuModel("H100-NVL", ("0x2321", "0x233A"), "hopper", 94, True),
+        GpuModel("H100-96GB", ("0x2342", "0x233D"), "hopper", 96, True),
+        GpuModel("H200", ("0x2335", "0x233B"), "hopper", 141, True),
+        GpuModel("GH200", ("0x2348",), "hopper", 144, True),
+        GpuModel("B200", ("0x2901",), "blackwell", 180, True),
+        GpuModel("GB200", ("0x2941",), "blackwell", 186, True),
+        GpuModel("B300", ("0x3182",), "blackwell", 269, True),
+        GpuModel("GB300", ("0x31C2",), "blackwell", 278, True),
+        GpuModel("RTX-PRO-6000", ("0x2BB5",), "blackwell", 96, True),
+    )
+}

@@ -1,0 +1,542 @@
+"""The whole stack configuration: one pydantic model, validated once, before anything is registered.
+
+Stack files (`stacks/Pulumi.<stack>.yaml`) keep every setting under the `gpu-stack:` namespace, one top-level
+key per section (`gpu-stack:cluster`, `gpu-stack:driver`, ...). The Pulumi CLI hands the program each value as
+a string (objects as JSON), which is exactly what `load_config` takes, so the real CLI and the offline render go
+through the same door.
+
+Errors are collected, not raised one at a time: a user fixing a stack sees every problem with its key path and
+the values that would have been accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any, Literal, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+from pulumi.errors import RunError
+from pulumi.runtime.config import CONFIG, get_config_env
+
+from components import catalog
+from components.consts import WORKLOAD_TYPES
+
+NAMESPACE = "gpu-stack"
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+K8S_VERSION = re.compile(r"^v?1\.(\d+)(\.\d+)?$")
+# NFD reports the OS as ID + VERSION_ID; the driver image tag is their concatenation (fact sheet §4.1).
+OS_TAG = re.compile(r"^(ubuntu\d{2}\.\d{2}|rhel\d+|rocky\d+|ol\d+|rhcos\d+\.\d+|sles\d+(\.\d+)?|sl-micro\d+\.\d+|debian\d+)$")
+KERNEL = re.compile(r"^\d+\.\d+\.\d+[-.A-Za-z0-9_+]*$")
+BRANCH = re.compile(r"^\d{3}$")
+FULL_DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(\.\d+)?$")
+REGISTRY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d+)?(/[a-z0-9._-]+)*$")
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+class ConfigError(RunError):
+    """Invalid stack configuration; `problems` holds (key path, message) pairs, all of them.
+
+    A RunError, so the Pulumi CLI prints the message alone and stops before any resource is registered."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"invalid stack configuration ({len(self.problems)} problem(s)):"]
+        lines += [f"  {path}: {message}" for path, message in self.problems]
+        return "\n".join(lines)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True)
+
+
+def _supported_kubernetes_minors() -> list[int]:
+    from kubernetes_validate.utils import all_versions
+
+    return sorted({int(v.split(".")[1]) for v in all_versions()})
+
+
+class Cluster(_Model):
+    name: str
+    context: str = Field(min_length=1)
+    kubeconfig: Optional[str] = None
+    kubernetes_versions: list[str] = Field(min_length=1)
+    container_runtime: Literal["containerd", "cri-o"] = "containerd"
+    namespace: str = "gpu-operator"
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 63:
+            raise ValueError(f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+        return value
+
+    @field_validator("kubernetes_versions")
+    @classmethod
+    def _known_versions(cls, versions: list[str]) -> list[str]:
+        minors = _supported_kubernetes_minors()
+        allowed = ", ".join(f"1.{m}" for m in minors)
+        normalised = []
+        for version in versions:
+            match = K8S_VERSION.match(version)
+            if not match or int(match.group(1)) not in minors:
+                raise ValueError(f"{version!r} cannot be validated against; allowed values: {allowed}")
+            normalised.append(f"1.{match.group(1)}")
+        return sorted(set(normalised), key=lambda v: int(v.split(".")[1]))
+
+
+class Registry(_Model):
+    override: Optional[str] = None
+    pull_secrets: list[str] = []
+
+    @field_validator("override")
+    @classmethod
+    def _registry(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not REGISTRY.match(value):
+            raise ValueError(f"{value!r} is not a registry host[:port][/path], e.g. registry.internal:5000/mirror")
+        return value
+
+    @field_validator("pull_secrets")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not DNS_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} is not a valid Secret name (DNS-1123 subdomain)")
+        return names
+
+
+def _image_version(value: str) -> str:
+    if not (IMAGE_TAG.match(value) or DIGEST.match(value)):
+        raise ValueError(f"{value!r} is neither an image tag nor a sha256:<64 hex> digest")
+    if value == "latest":
+        raise ValueError("'latest' is not a reviewable version; pin a tag or a digest")
+    return value
+
+
+class Versions(_Model):
+    """Image tags (or digests) per component; defaults are the GPU Operator v26.7.0 release."""
+
+    driver: str = catalog.IMAGES["driver"][1]
+    driver_manager: str = catalog.IMAGES["driverManager"][1]
+    toolkit: str = catalog.IMAGES["toolkit"][1]
+    device_plugin: str = catalog.IMAGES["devicePlugin"][1]
+    validator: str = catalog.IMAGES["validator"][1]
+    nfd_chart: str = catalog.NFD_CHART_VERSION
+
+    _tags = field_validator("driver_manager", "toolkit", "device_plugin", "validator", "nfd_chart")(_image_version)
+
+    @field_validator("driver")
+    @classmethod
+    def _driver_version(cls, value: str) -> str:
+        if DIGEST.match(value) or FULL_DRIVER_VERSION.match(value):
+            return value
+        raise ValueError(f"{value!r} is not a driver version such as 595.91.07 (or a sha256 digest)")
+
+
+class Driver(_Model):
+    mode: Literal["managed", "host", "precompiled"] = "managed"
+    # Precompiled images are tagged by branch, not full version (fact sheet §4.3).
+    branch: str = catalog.IMAGES["driver"][1].split(".")[0]
+    kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        if not BRANCH.match(value):
+            raise ValueError(f"{value!r} is not a driver branch such as 580 or 595")
+        return value
+
+
+def _absolute_path(value: Optional[str]) -> Optional[str]:
+    if value is not None and (not value.startswith("/") or "//" in value or value.endswith("/") and value != "/"):
+        raise ValueError(f"{value!r} is not an absolute, normalised host path")
+    return value
+
+
+class Toolkit(_Model):
+    install_dir: str = "/usr/local/nvidia"
+    cdi: bool = True
+    # Overrides for distributions that move the runtime's files (k3s/RKE2: /run/k3s/containerd/containerd.sock).
+    runtime_config: Optional[str] = None
+    runtime_drop_in_config: Optional[str] = None
+    runtime_socket: Optional[str] = None
+
+    _paths = field_validator("install_dir", "runtime_config", "runtime_drop_in_config", "runtime_socket")(_absolute_path)
+
+
+class DevicePlugin(_Model):
+    mig_strategy: Literal["none", "single", "mixed"] = "single"
+
+
+class Validator(_Model):
+    # plugin-validation spawns a vectorAdd pod requesting a GPU when true; NVIDIA's asset ships it off.
+    plugin_workload: bool = False
+
+
+class Validation(_Model):
+    mode: Literal["strict", "advisory", "off"] = "strict"
+    timeout_seconds: int = Field(default=900, ge=60, le=7200)
+
+
+class Nfd(_Model):
+    mode: Literal["deploy", "existing"] = "deploy"
+    chart_repository: str = catalog.NFD_CHART_REPOSITORY
+
+
+class NodeAgent(_Model):
+    image: Optional[str] = None
+    resync_seconds: int = Field(default=60, ge=10, le=3600)
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        if "@sha256:" in value:
+            return value
+        name, _, tag = value.rpartition(":")
+        if not name or "/" in tag or not tag:
+            raise ValueError(f"{value!r} has no tag; pin it, e.g. registry.example.org/gpu-stack-node-agent:0.1.0")
+        _image_version(tag)
+        return value
+
+
+class Toleration(_Model):
+    key: Optional[str] = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: Optional[str] = None
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
+
+
+class DaemonSets(_Model):
+    priority_class_name: str = "system-node-critical"
+    tolerations: list[Toleration] = [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+    update_strategy: Literal["RollingUpdate", "OnDelete"] = "RollingUpdate"
+    max_unavailable: Union[int, str] = "1"
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _count_or_percent(cls, value: Union[int, str]) -> Union[int, str]:
+        if isinstance(value, int) and value >= 1:
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[1-9]\d*%?", value):
+            return value
+        raise ValueError(f"{value!r} is not a positive count or a percentage such as '25%'")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise ValueError(f"{key}={value!r} is not a valid Kubernetes label")
+        return labels
+
+
+class Sharing(_Model):
+    strategy: Literal["none", "time-slicing"] = "none"
+    replicas: Optional[int] = Field(default=None, ge=2, le=64)
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+
+
+class NodePool(_Model):
+    name: str
+    node_selector: dict[str, str]
+    gpu_model: str
+    os: str
+    kernel: Optional[str] = None
+    workload_type: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
+    sharing: Sharing = Sharing()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 40:
+            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 40 characters")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, selector: dict[str, str]) -> dict[str, str]:
+        for key, value in selector.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise ValueError(f"{key}={value!r} is not a valid label selector term")
+        return selector
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if value not in catalog.GPU_MODELS:
+            raise ValueError(f"unknown GPU model {value!r}; allowed values: {', '.join(catalog.GPU_MODELS)}")
+        return value
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, value: str) -> str:
+        if not OS_TAG.match(value):
+            raise ValueError(
+                f"{value!r} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
+            )
+        return value
+
+    @field_validator("kernel")
+    @classmethod
+    def _kernel(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not KERNEL.match(value):
+            raise ValueError(f"{value!r} is not a full kernel version such as 5.15.0-69-generic")
+        return value
+
+    @property
+    def model(self) -> catalog.GpuModel:
+        return catalog.GPU_MODELS[self.gpu_model]
+
+
+class Components(_Model):
+    """Per-component switches. The operator validator cannot be switched off (it is the node-level gate);
+    the driver follows `driver.mode`."""
+
+    nfd: bool = True
+    node_labeler: bool = True
+    toolkit: bool = True
+    device_plugin: bool = True
+
+
+class StackConfig(_Model):
+    cluster: Cluster
+    registry: Registry = Registry()
+    versions: Versions = Versions()
+    driver: Driver = Driver()
+    toolkit: Toolkit = Toolkit()
+    device_plugin: DevicePlugin = DevicePlugin()
+    validator: Validator = Validator()
+    validation: Validation = Validation()
+    nfd: Nfd = Nfd()
+    node_agent: NodeAgent = NodeAgent()
+    daemonsets: DaemonSets = DaemonSets()
+    node_pools: list[NodePool] = Field(min_length=1)
+    components: Components = Components()
+
+    @property
+    def container_pools(self) -> list[NodePool]:
+        return [p for p in self.node_pools if p.workload_type == "container"]
+
+    @property
+    def driver_os_tag(self) -> Optional[str]:
+        pools = self.container_pools
+        return pools[0].os if pools else None
+
+    @property
+    def shared_pools(self) -> list[NodePool]:
+        return [p for p in self.node_pools if p.sharing.strategy != "none"]
+
+
+# --- loading ------------------------------------------------------------------------------------------------
+
+
+def _parse_value(raw: str) -> Any:
+    """The CLI passes objects and lists as JSON text and scalars as plain text."""
+    try:
+        return json.loads(raw)
+    except (TypeError, json.JSONDecodeError):
+        return raw
+
+
+def _fields_by_alias(model: type[BaseModel]) -> dict[str, Any]:
+    return {(f.alias or name): f for name, f in model.model_fields.items()}
+
+
+def _model_at(loc: tuple) -> Optional[type[BaseModel]]:
+    """Walk StackConfig's fields along a pydantic error location to the model that owns the last key."""
+    model: Any = StackConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = _fields_by_alias(model) if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        if part not in fields:
+            return None
+        annotation = fields[part].annotation
+        model = _unwrap(annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if not args:
+        return annotation
+    for arg in args:
+        inner = _unwrap(arg)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            return inner
+    return annotation
+
+
+def _path(loc: tuple) -> str:
+    text = NAMESPACE + ":"
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += part if i == 0 else f".{part}"
+    return text
+
+
+def _unknown_key_message(key: str, allowed: list[str]) -> str:
+    suggestion = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{suggestion[0]}'?)" if suggestion else ""
+    return f"unknown key '{key}'{hint}; allowed keys: {', '.join(allowed)}"
+
+
+def _describe(error: dict) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "literal_error":
+        allowed = error["ctx"]["expected"].replace(" or ", ", ")
+        return f"got {value!r}; allowed values: {allowed}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    if kind in ("bool_type", "bool_parsing"):
+        return f"got {value!r}; allowed values: true, false"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"got {value!r}; expected a whole number"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        return f"got {value!r}; {error['msg'].lower()}"
+    if kind in ("too_short", "too_long"):
+        return f"{error['msg'].lower()}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"got {type(value).__name__} {value!r}; expected a mapping of keys"
+    if kind == "list_type":
+        return f"got {type(value).__name__} {value!r}; expected a list"
+    if kind == "string_type":
+        return f"got {type(value).__name__} {value!r}; expected a string"
+    return f"{error['msg']} (got {value!r})"
+
+
+def _translate(error: dict) -> tuple[str, str]:
+    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and ("[" in part or part.startswith("function-"))))
+    if error["type"] == "extra_forbidden":
+        owner = _model_at(loc[:-1])
+        allowed = sorted(_fields_by_alias(owner)) if owner else []
+        return _path(loc), _unknown_key_message(str(loc[-1]), allowed)
+    return _path(loc), _describe(error)
+
+
+def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """Rules that span several keys; each names the key a user has to change."""
+    problems: list[tuple[str, str]] = []
+    seen_names: dict[str, int] = {}
+    seen_selectors: dict[tuple, int] = {}
+    for i, pool in enumerate(cfg.node_pools):
+        here = f"{NAMESPACE}:nodePools[{i}]"
+        if pool.name in seen_names:
+            problems.append((f"{here}.name", f"duplicate pool name {pool.name!r} (also nodePools[{seen_names[pool.name]}])"))
+        seen_names.setdefault(pool.name, i)
+        selector = tuple(sorted(pool.node_selector.items()))
+        if selector in seen_selectors:
+            problems.append(
+                (f"{here}.nodeSelector", f"same selector as nodePools[{seen_selectors[selector]}]: this pool could never match a node")
+            )
+        seen_selectors.setdefault(selector, i)
+        if not pool.node_selector and i != len(cfg.node_pools) - 1:
+            problems.append(
+                (f"{here}.nodeSelector", "an empty selector matches every GPU node, so it must be the last pool")
+            )
+        if pool.sharing.strategy == "time-slicing":
+            if pool.sharing.replicas is None:
+                problems.append((f"{here}.sharing.replicas", "required when sharing.strategy is 'time-slicing' (2..64)"))
+            if not cfg.components.device_plugin:
+                problems.append((f"{here}.sharing.strategy", "time-slicing needs gpu-stack:components.devicePlugin: true"))
+        elif pool.sharing.replicas is not None:
+            problems.append((f"{here}.sharing.replicas", "only allowed with sharing.strategy 'time-slicing'"))
+        if pool.workload_type != "container" and pool.sharing.strategy != "none":
+            problems.append((f"{here}.sharing.strategy", f"sharing applies to container pools only, not {pool.workload_type!r}"))
+        if cfg.driver.mode == "precompiled" and pool.workload_type == "container" and pool.kernel is None:
+            problems.append((f"{here}.kernel", "required with gpu-stack:driver.mode 'precompiled' (one driver image per kernel)"))
+
+    if cfg.driver.mode == "managed":
+        tags = {p.os for p in cfg.container_pools}
+        if len(tags) > 1:
+            first = cfg.driver_os_tag
+            for i, pool in enumerate(cfg.node_pools):
+                if pool.workload_type == "container" and pool.os != first:
+                    problems.append(
+                        (
+                            f"{NAMESPACE}:nodePools[{i}].os",
+                            f"{pool.os!r} differs from {first!r}: the managed driver renders one image per stack, "
+                            "so all container pools must share one OS (use driver.mode 'precompiled' per kernel)",
+                        )
+                    )
+    if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
+        problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
+    if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
+        problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
+    needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"
+    if needs_agent and cfg.node_agent.image is None:
+        problems.append(
+            (
+                f"{NAMESPACE}:nodeAgent.image",
+                "required: the node labeller and the validation gate run it; build node_images/node-agent and push it",
+            )
+        )
+    if cfg.validation.mode != "off" and not cfg.components.toolkit:
+        problems.append(
+            (f"{NAMESPACE}:validation.mode", "the validator cannot pass without the container toolkit; use 'off' or enable it")
+        )
+    return problems
+
+
+def load_config(raw: Mapping[str, str]) -> StackConfig:
+    """Validate the `gpu-stack:*` entries of a Pulumi config bag (values as the CLI passes them: strings)."""
+    prefix = NAMESPACE + ":"
+    data: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    known = sorted(_fields_by_alias(StackConfig))
+    for key, value in raw.items():
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix):]
+        if name not in known:
+            problems.append((key, _unknown_key_message(name, known)))
+            continue
+        data[name] = _parse_value(value)
+    try:
+        cfg = StackConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += [_translate(e) for e in exc.errors(include_url=False)]
+        raise ConfigError(problems) from None
+    problems += _cross_checks(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def program_config() -> dict[str, str]:
+    """The config bag of the running program: the CLI passes it as PULUMI_CONFIG, tests via set_all_config."""
+    return {**get_config_env(), **CONFIG.get()}
+
+
+def stack_file_config(document: Mapping[str, Any]) -> dict[str, str]:
+    """Turn a parsed `Pulumi.<stack>.yaml` into the string bag the CLI would hand the program."""
+    config = document.get("config") or {}
+    bag: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, str):
+            bag[key] = value
+        elif isinstance(value, bool):
+            bag[key] = "true" if value else "false"
+        else:
+            bag[key] = json.dumps(value)
+    return bag

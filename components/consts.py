@@ -1,0 +1,106 @@
+"""Labels, host paths and names shared by more than one operator state (fact sheet §7, §9, Appendix C).
+
+Constants used by a single component live in that component's module.
+"""
+
+from __future__ import annotations
+
+# --- node labels -------------------------------------------------------------------------------------------
+GPU_PRESENT = "nvidia.com/gpu.present"
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
+WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
+DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
+MIG_CONFIG = "nvidia.com/mig.config"
+
+# NFD labels that mark a node as carrying an NVIDIA GPU (GO:controllers/state_manager.go).
+NFD_GPU_LABELS = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
+NFD_KERNEL_FULL = "feature.node.kubernetes.io/kernel-version.full"
+NFD_OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+NFD_OS_VERSION_ID = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+
+WORKLOAD_TYPES = ("container", "vm-passthrough", "vm-vgpu")
+
+# Deploy labels per workload type, as the operator's node labeller sets them (GO:controllers/state_manager.go
+# gpuStateLabels). `mig-manager` is added to container nodes whose GPU is MIG-capable.
+DEPLOY_COMPONENTS_BY_WORKLOAD: dict[str, tuple[str, ...]] = {
+    "container": (
+        "driver",
+        "gpu-feature-discovery",
+        "container-toolkit",
+        "device-plugin",
+        "dcgm",
+        "dcgm-exporter",
+        "node-status-exporter",
+        "operator-validator",
+        "client",
+    ),
+    "vm-passthrough": (
+        "sandbox-device-plugin",
+        "sandbox-validator",
+        "vfio-manager",
+        "kata-manager",
+        "cc-manager",
+        "client",
+    ),
+    "vm-vgpu": (
+        "sandbox-device-plugin",
+        "vgpu-manager",
+        "vgpu-device-manager",
+        "sandbox-validator",
+        "cc-manager",
+        "client",
+    ),
+}
+MIG_MANAGER_DEPLOY_COMPONENT = "mig-manager"
+
+# Every deploy label the labeller may remove when a node's workload type says it does not belong there.
+ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (
+    "driver",
+    "container-toolkit",
+    "operator-validator",
+    "device-plugin",
+    "gpu-feature-discovery",
+    "dcgm",
+    "dcgm-exporter",
+    "node-status-exporter",
+    "mig-manager",
+    "client",
+    "sandbox-device-plugin",
+    "kata-sandbox-device-plugin",
+    "sandbox-validator",
+    "vfio-manager",
+    "vgpu-manager",
+    "vgpu-device-manager",
+    "kata-manager",
+    "cc-manager",
+)
+
+
+def deploy_label(component: str) -> str:
+    return f"{DEPLOY_PREFIX}{component}"
+
+
+# --- host paths (Appendix C) ---------------------------------------------------------------------------------
+VALIDATIONS_DIR = "/run/nvidia/validations"
+DRIVER_INSTALL_DIR = "/run/nvidia/driver"
+HOST_DRIVER_ROOT = "/"
+CDI_SPEC_DIR = "/var/run/cdi"
+RUN_NVIDIA = "/run/nvidia"
+
+# --- scheduling defaults shared by every operand DaemonSet (fact sheet §2) ----------------------------------
+DEFAULT_PRIORITY_CLASS = "system-node-critical"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+
+# Annotations understood by pulumi-kubernetes (pulumi.md §3.2).
+SKIP_AWAIT = "pulumi.com/skipAwait"
+TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
+
+# Label put on every object the stack renders, so `kubectl get -l` finds them.
+PART_OF = "app.kubernetes.io/part-of"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+STACK_NAME = "gpu-stack"

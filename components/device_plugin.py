@@ -1,0 +1,230 @@
+"""State `state-device-plugin`: advertises `nvidia.com/gpu` to the kubelet on every container GPU node.
+
+Objects as in GO:assets/state-device-plugin with `TransformDevicePlugin` applied. When any pool shares its GPUs
+the stack renders one config ConfigMap whose keys are per-pool plugin configs (k8s-device-plugin
+`api/config/v1`), and the config-manager init/sidecar pair selects the key named by the node label
+`nvidia.com/device-plugin.config`, exactly as the operator does for `devicePlugin.config.name`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, EmptyDirVolumeSourceArgs, VolumeArgs
+
+from components import consts
+from components._k8s import (
+    NODE_NAME_ENV,
+    PRIVILEGED,
+    SCC_USE,
+    Operands,
+    also_after,
+    child_opts,
+    env,
+    host_path,
+    meta,
+    mount,
+    operand_daemonset,
+    rbac_set,
+    rule,
+    wait_for_validation,
+)
+from components.config import NodePool
+
+NAME = "nvidia-device-plugin"
+DAEMONSET = "nvidia-device-plugin-daemonset"
+CONTAINER = "nvidia-device-plugin"
+ENTRYPOINT_CONFIGMAP = "nvidia-device-plugin-entrypoint"
+CONFIG_CONFIGMAP = "nvidia-device-plugin-configs"
+DEFAULT_CONFIG_KEY = "default"
+CONFIG_FILE = "/config/config.yaml"
+AVAILABLE_CONFIGS_DIR = "/available-configs"
+
+# Waits for driver-ready, sources it, and turns on GDS/GDRCopy device injection when their modules are loaded
+# (the same contract as NVIDIA's entrypoint, which also never overrides a value set explicitly in env).
+ENTRYPOINT = f"""#!/bin/sh
+until [ -f {consts.VALIDATIONS_DIR}/driver-ready ]; do
+  echo "waiting for the driver validation to write driver-ready"
+  sleep 5
+done
+set -o allexport
+cat {consts.VALIDATIONS_DIR}/driver-ready
+. {consts.VALIDATIONS_DIR}/driver-ready
+
+if lsmod | grep -q "^gdrdrv "; then
+  GDRCOPY_ENABLED="${{GDRCOPY_ENABLED:-true}}"
+fi
+if lsmod | grep -q "^nvidia_fs "; then
+  GDS_ENABLED="${{GDS_ENABLED:-true}}"
+  MOFED_ENABLED="${{MOFED_ENABLED:-true}}"
+fi
+echo "starting nvidia-device-plugin"
+exec nvidia-device-plugin
+"""
+
+
+def plugin_config(mig_strategy: str, pool: Optional[NodePool] = None) -> dict:
+    """One key of the config ConfigMap, in k8s-device-plugin's `version: v1` format."""
+    document: dict = {"version": "v1", "flags": {"migStrategy": mig_strategy}}
+    if pool is not None and pool.sharing.strategy == "time-slicing":
+        document["sharing"] = {
+            "timeSlicing": {
+                "renameByDefault": pool.sharing.rename_by_default,
+                "failRequestsGreaterThanOne": pool.sharing.fail_requests_greater_than_one,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": pool.sharing.replicas}],
+            }
+        }
+    return document
+
+
+def plugin_configs(mig_strategy: str, shared_pools: Sequence[NodePool]) -> dict[str, str]:
+    configs = {DEFAULT_CONFIG_KEY: plugin_config(mig_strategy)}
+    configs.update({pool.name: plugin_config(mig_strategy, pool) for pool in shared_pools})
+    return {key: yaml.safe_dump(doc, sort_keys=False) for key, doc in configs.items()}
+
+
+def config_manager(image: str, *, sidecar: bool) -> ContainerArgs:
+    return ContainerArgs(
+        name="config-manager" if sidecar else "config-manager-init",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["config-manager"],
+        env=[
+            env("ONESHOT", "false" if sidecar else "true"),
+            env("KUBECONFIG", ""),
+            NODE_NAME_ENV,
+            env("NODE_LABEL", consts.DEVICE_PLUGIN_CONFIG),
+            env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
+            env("CONFIG_FILE_DST", CONFIG_FILE),
+            env("DEFAULT_CONFIG", DEFAULT_CONFIG_KEY),
+            env("SEND_SIGNAL", "true" if sidecar else "false"),
+            env("SIGNAL", "1" if sidecar else ""),  # SIGHUP makes the plugin reload its config
+            env("PROCESS_TO_SIGNAL", CONTAINER if sidecar else ""),
+            env("FALLBACK_STRATEGIES", "empty"),
+        ],
+        security_context=PRIVILEGED if sidecar else None,
+        volume_mounts=[mount("config", "/config"), mount(CONFIG_CONFIGMAP, AVAILABLE_CONFIGS_DIR)],
+    )
+
+
+def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[str], with_config: bool) -> list:
+    device_list_strategy = "cdi-annotations,cdi-cri" if cdi else "envvar"
+    values = [
+        env("PASS_DEVICE_SPECS", "true"),
+        env("FAIL_ON_INIT_ERROR", "true"),
+        env("DEVICE_LIST_STRATEGY", device_list_strategy),
+        env("DEVICE_ID_STRATEGY", "uuid"),
+        env("NVIDIA_VISIBLE_DEVICES", "all"),
+        env("NVIDIA_DRIVER_CAPABILITIES", "all"),
+        env("MPS_ROOT", "/run/nvidia/mps"),
+    ]
+    if with_config:
+        values.append(env("CONFIG_FILE", CONFIG_FILE))
+    values.append(env("MIG_STRATEGY", mig_strategy))
+    if mig_strategy != "none":
+        values.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+    if cdi:
+        values += [env("CDI_ENABLED", "true"), env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/")]
+        if toolkit_install_dir:
+            values.append(env("NVIDIA_CDI_HOOK_PATH", f"{toolkit_install_dir}/toolkit/nvidia-cdi-hook"))
+    return values
+
+
+class DevicePlugin(pulumi.ComponentResource):
+    daemonset: k8s.apps.v1.DaemonSet
+    config_map: Optional[k8s.core.v1.ConfigMap]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ops: Operands,
+        mig_strategy: str,
+        shared_pools: Sequence[NodePool],
+        toolkit_enabled: bool,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        super().__init__("gpu-stack:index:DevicePlugin", name, None, opts)
+        child = child_opts(self, depends_on)
+        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch"])], opts=child)
+        entrypoint = k8s.core.v1.ConfigMap(
+            ENTRYPOINT_CONFIGMAP,
+            metadata=meta(ENTRYPOINT_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
+            data={"entrypoint.sh": ENTRYPOINT},
+            opts=child,
+        )
+        with_config = bool(shared_pools)
+        self.config_map = (
+            k8s.core.v1.ConfigMap(
+                CONFIG_CONFIGMAP,
+                metadata=meta(CONFIG_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
+                data=plugin_configs(mig_strategy, shared_pools),
+                opts=child,
+            )
+            if with_config
+            else None
+        )
+        plugin_mounts = [
+            mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
+            mount("device-plugin", "/var/lib/kubelet/device-plugins"),
+            mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
+            mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("cdi-root", consts.CDI_SPEC_DIR),
+            mount("mps-shm", "/dev/shm"),  # lets the plugin health-check an MPS daemon
+            mount("mps-root", "/mps"),
+        ]
+        volumes = [
+            VolumeArgs(name=ENTRYPOINT_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=ENTRYPOINT_CONFIGMAP, default_mode=0o700)),
+            host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
+            host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
+            host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
+            host_path("host-root", "/"),
+            host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
+            host_path("mps-root", "/run/nvidia/mps", "DirectoryOrCreate"),
+            host_path("mps-shm", "/run/nvidia/mps/shm"),
+        ]
+        init = [wait_for_validation(ops.images.validator, "toolkit-ready")]
+        sidecars: list[ContainerArgs] = []
+        if with_config:
+            plugin_mounts += [mount("config", "/config"), mount(CONFIG_CONFIGMAP, AVAILABLE_CONFIGS_DIR)]
+            volumes += [
+                VolumeArgs(name=CONFIG_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=CONFIG_CONFIGMAP)),
+                VolumeArgs(name="config", empty_dir=EmptyDirVolumeSourceArgs()),
+            ]
+            init.append(config_manager(ops.images.device_plugin, sidecar=False))
+            sidecars.append(config_manager(ops.images.device_plugin, sidecar=True))
+        plugin = ContainerArgs(
+            name=CONTAINER,
+            image=ops.images.device_plugin,
+            image_pull_policy="IfNotPresent",
+            command=["/bin/sh", "-c"],
+            args=["/bin/entrypoint.sh"],
+            security_context=PRIVILEGED,
+            env=plugin_env(
+                mig_strategy=mig_strategy,
+                cdi=ops.cdi,
+                toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
+                with_config=with_config,
+            ),
+            volume_mounts=plugin_mounts,
+        )
+        after = [*rbac.resources, entrypoint, *([self.config_map] if self.config_map else [])]
+        self.daemonset = operand_daemonset(
+            DAEMONSET,
+            ops,
+            deploy_component="device-plugin",
+            service_account=NAME,
+            runtime_class=True,
+            # the config-manager sidecar signals the plugin process, so they share a PID namespace
+            share_process_namespace=True if with_config else None,
+            init_containers=init,
+            containers=[plugin, *sidecars],
+            volumes=volumes,
+            opts=also_after(child, *after),
+        )
+        self.register_outputs({"daemonset": DAEMONSET, "configs": sorted(plugin_configs(mig_strategy, shared_pools)) if with_config else []})

@@ -1,0 +1,147 @@
+"""Node labelling: what the operator's NodeLabelingReconciler does, done by gpu-stack's node agent.
+
+Every operand selects nodes by `nvidia.com/gpu.deploy.<component>=true`, so something must write those labels,
+for nodes that join after `pulumi up` too. Pulumi itself never manages Node objects: the driver manager and MIG
+manager rewrite these labels at run time (`paused-for-*`, `pre-installed`, `false`), and a Node resource in
+state would fight them on every update. Instead the stack renders the desired labels per pool into a ConfigMap
+and the agent (node_images/node-agent) applies them to its own node, keeping every run-time value it finds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.core.v1 import (
+    AffinityArgs,
+    CapabilitiesArgs,
+    ConfigMapVolumeSourceArgs,
+    ContainerArgs,
+    NodeAffinityArgs,
+    NodeSelectorArgs,
+    NodeSelectorRequirementArgs,
+    NodeSelectorTermArgs,
+    ResourceRequirementsArgs,
+    SecurityContextArgs,
+    VolumeArgs,
+)
+
+from components import consts
+from components._k8s import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset, rbac_set, rule
+from components.config import NodePool
+from components.device_plugin import DEFAULT_CONFIG_KEY
+
+NAME = "gpu-stack-node-labeler"
+CONFIGMAP = "gpu-stack-node-pools"
+CONFIG_KEY = "node-pools.json"
+CONFIG_DIR = "/etc/gpu-stack"
+CONFIG_VERSION = 1
+# The operator defaults MIG-capable nodes to an explicit "MIG off" layout (fact sheet §6.4).
+DEFAULT_MIG_CONFIG = "all-disabled"
+
+AGENT_SECURITY = SecurityContextArgs(
+    run_as_non_root=True,
+    run_as_user=65532,
+    allow_privilege_escalation=False,
+    read_only_root_filesystem=True,
+    capabilities=CapabilitiesArgs(drop=["ALL"]),
+)
+
+
+def deploy_labels(pool: NodePool) -> list[str]:
+    components = list(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[pool.workload_type])
+    if pool.workload_type == "container" and pool.model.mig_capable:
+        components.append(consts.MIG_MANAGER_DEPLOY_COMPONENT)
+    return [consts.deploy_label(c) for c in components]
+
+
+def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str]:
+    labels = {consts.WORKLOAD_CONFIG: pool.workload_type}
+    if pool.workload_type == "container":
+        if device_plugin_configs:
+            labels[consts.DEVICE_PLUGIN_CONFIG] = pool.name if pool.sharing.strategy != "none" else DEFAULT_CONFIG_KEY
+        if pool.model.mig_capable:
+            labels[consts.MIG_CONFIG] = DEFAULT_MIG_CONFIG
+    return labels
+
+
+def agent_config(pools: Sequence[NodePool], *, device_plugin_configs: bool) -> dict:
+    """The document the agent reads; pool order is match order (first match wins)."""
+    return {
+        "version": CONFIG_VERSION,
+        "gpuNodeLabels": list(consts.NFD_GPU_LABELS),
+        "managedDeployLabels": [consts.deploy_label(c) for c in consts.ALL_DEPLOY_COMPONENTS],
+        "pools": [
+            {
+                "name": pool.name,
+                "nodeSelector": dict(pool.node_selector),
+                "deployLabels": deploy_labels(pool),
+                "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
+            }
+            for pool in pools
+        ],
+    }
+
+
+# Any of NFD's NVIDIA PCI labels puts the agent on a node; terms of a node selector are ORed.
+GPU_NODE_AFFINITY = AffinityArgs(
+    node_affinity=NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
+            node_selector_terms=[
+                NodeSelectorTermArgs(match_expressions=[NodeSelectorRequirementArgs(key=label, operator="In", values=["true"])])
+                for label in consts.NFD_GPU_LABELS
+            ]
+        )
+    )
+)
+
+
+class NodeLabeler(pulumi.ComponentResource):
+    daemonset: k8s.apps.v1.DaemonSet
+    config_map: k8s.core.v1.ConfigMap
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ops: Operands,
+        image: str,
+        pools: Sequence[NodePool],
+        device_plugin_configs: bool,
+        resync_seconds: int,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        super().__init__("gpu-stack:index:NodeLabeler", name, None, opts)
+        child = child_opts(self, depends_on)
+        rbac = rbac_set(NAME, ops.namespace, cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch", "patch"])], opts=child)
+        document = agent_config(pools, device_plugin_configs=device_plugin_configs)
+        self.config_map = k8s.core.v1.ConfigMap(
+            CONFIGMAP,
+            metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),
+            data={CONFIG_KEY: json.dumps(document, indent=2, sort_keys=True)},
+            opts=child,
+        )
+        agent = ContainerArgs(
+            name="node-labeler",
+            image=image,
+            image_pull_policy="IfNotPresent",
+            args=["label"],
+            env=[NODE_NAME_ENV, env("CONFIG_FILE", f"{CONFIG_DIR}/{CONFIG_KEY}"), env("RESYNC_SECONDS", str(resync_seconds))],
+            security_context=AGENT_SECURITY,
+            resources=ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "128Mi"}),
+            volume_mounts=[mount("node-pools", CONFIG_DIR, read_only=True)],
+        )
+        self.daemonset = operand_daemonset(
+            NAME,
+            ops,
+            deploy_component=None,
+            service_account=NAME,
+            affinity=GPU_NODE_AFFINITY,
+            containers=[agent],
+            volumes=[VolumeArgs(name="node-pools", config_map=ConfigMapVolumeSourceArgs(name=CONFIGMAP))],
+            opts=also_after(child, *rbac.resources, self.config_map),
+        )
+        self.register_outputs({"daemonset": NAME, "pools": [p.name for p in pools]})

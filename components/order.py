@@ -1,0 +1,39 @@
+"""The state order, in one place.
+
+The GPU Operator walks its states in a fixed order (GO:controllers/state_manager.go `init()`, fact sheet §1.2).
+gpu-stack keeps that order as `depends_on` edges: each state's objects are applied after the previous enabled
+state's objects. Readiness never gates the next state (operands are not awaited); per-node ordering stays in
+the validator init containers and the files under /run/nvidia/validations, where NVIDIA puts it.
+
+Three entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
+NodeLabelingReconciler) and the stack validation gate (what `kubectl get clusterpolicy` status would say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    operator_state: str  # the asset folder or controller it replaces
+    component: str  # gpu-stack module under components/
+
+
+STATE_ORDER: tuple[State, ...] = (
+    State("pre-requisites", "assets/pre-requisites", "prerequisites"),
+    State("node-feature-discovery", "Helm subchart node-feature-discovery", "nfd"),
+    State("node-labeling", "NodeLabelingReconciler", "node_labeler"),
+    State("state-driver", "assets/state-driver", "driver"),
+    State("state-container-toolkit", "assets/state-container-toolkit", "toolkit"),
+    State("state-operator-validation", "assets/state-operator-validation", "validator"),
+    State("state-device-plugin", "assets/state-device-plugin", "device_plugin"),
+    State("stack-validation", "ClusterPolicy status (validator Ready on every GPU node)", "validation_gate"),
+)
+
+STATE_NAMES: tuple[str, ...] = tuple(s.name for s in STATE_ORDER)
+
+
+def position(state: str) -> int:
+    return STATE_NAMES.index(state)

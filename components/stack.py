@@ -1,0 +1,218 @@
+"""GpuStack: instantiates the enabled states in `order.STATE_ORDER` and threads the `depends_on` edges.
+
+Each state is built by one method below, which hands its component only the slice of configuration it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import catalog
+from components._k8s import Images, Operands, image_ref
+from components.config import StackConfig
+from components.device_plugin import DevicePlugin
+from components.driver import Driver, managed_target, precompiled_targets
+from components.nfd import NodeFeatureDiscovery
+from components.node_labeler import NodeLabeler
+from components.order import STATE_ORDER
+from components.prerequisites import RUNTIME_CLASS, PreRequisites
+from components.toolkit import ContainerToolkit, runtime_files
+from components.validation_gate import ValidationGate
+from components.validator import OperatorValidator
+
+
+def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
+    """Each stack talks to its own cluster: selecting another stack selects another context.
+
+    `cluster_identifier` pins the provider's identity to the stack's cluster name, so a rotated kubeconfig does
+    not replace the provider (and with it every object of the stack)."""
+    cluster = cfg.cluster
+    return k8s.Provider(
+        "cluster",
+        context=cluster.context,
+        kubeconfig=cluster.kubeconfig,
+        cluster_identifier=cluster.name,
+        namespace=cluster.namespace,
+    )
+
+
+def resolve_images(cfg: StackConfig) -> Images:
+    registry = cfg.registry.override or catalog.DEFAULT_REGISTRY
+    versions = cfg.versions
+
+    def ref(component: str, version: str) -> str:
+        return image_ref(registry, catalog.IMAGES[component][0], version)
+
+    return Images(
+        driver_repository=f"{registry}/{catalog.IMAGES['driver'][0]}",
+        driver_manager=ref("driverManager", versions.driver_manager),
+        toolkit=ref("toolkit", versions.toolkit),
+        device_plugin=ref("devicePlugin", versions.device_plugin),
+        validator=ref("validator", versions.validator),
+        node_agent=cfg.node_agent.image,
+    )
+
+
+def operands(cfg: StackConfig) -> Operands:
+    # setRuntimeClassName: without CDI, cri-o runs operands through the OCI hook and no RuntimeClass is set.
+    no_runtime_class = not cfg.toolkit.cdi and cfg.cluster.container_runtime == "cri-o"
+    return Operands(
+        namespace=cfg.cluster.namespace,
+        images=resolve_images(cfg),
+        pull_secrets=tuple(cfg.registry.pull_secrets),
+        daemonsets=cfg.daemonsets,
+        runtime_class=None if no_runtime_class else RUNTIME_CLASS,
+        cdi=cfg.toolkit.cdi,
+        toolkit_install_dir=cfg.toolkit.install_dir,
+    )
+
+
+def stack_digest(cfg: StackConfig) -> str:
+    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class GpuStack(pulumi.ComponentResource):
+    """Every enabled operator state as a child component, in state order."""
+
+    states: dict[str, pulumi.ComponentResource]
+
+    def __init__(self, name: str, cfg: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-stack:index:GpuStack", name, None, opts)
+        self._cfg = cfg
+        self._ops = operands(cfg)
+        self.states = {}
+        builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
+            "pre-requisites": self._prerequisites,
+            "node-feature-discovery": self._nfd,
+            "node-labeling": self._node_labeling,
+            "state-driver": self._driver,
+            "state-container-toolkit": self._toolkit,
+            "state-operator-validation": self._validator,
+            "state-device-plugin": self._device_plugin,
+            "stack-validation": self._validation_gate,
+        }
+        previous: list[pulumi.Resource] = []
+        for state in STATE_ORDER:
+            component = builders[state.name](previous)
+            if component is not None:
+                self.states[state.name] = component
+                previous = [component]
+        self.register_outputs({"states": list(self.states)})
+
+    def _opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self)
+
+    def _prerequisites(self, after: list[pulumi.Resource]) -> PreRequisites:
+        return PreRequisites("pre-requisites", namespace=self._ops.namespace, cdi=self._cfg.toolkit.cdi, opts=self._opts())
+
+    def _nfd(self, after: list[pulumi.Resource]) -> Optional[NodeFeatureDiscovery]:
+        cfg = self._cfg
+        if not cfg.components.nfd or cfg.nfd.mode == "existing":
+            return None
+        return NodeFeatureDiscovery(
+            "node-feature-discovery",
+            namespace=self._ops.namespace,
+            chart_repository=cfg.nfd.chart_repository,
+            chart_version=cfg.versions.nfd_chart,
+            daemonsets=cfg.daemonsets,
+            registry_override=cfg.registry.override,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _node_labeling(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
+        cfg = self._cfg
+        if not cfg.components.node_labeler:
+            return None
+        assert cfg.node_agent.image is not None  # load_config guarantees it
+        return NodeLabeler(
+            "node-labeling",
+            ops=self._ops,
+            image=cfg.node_agent.image,
+            pools=cfg.node_pools,
+            device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
+            resync_seconds=cfg.node_agent.resync_seconds,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
+        cfg = self._cfg
+        repository = self._ops.images.driver_repository
+        if cfg.driver.mode == "host" or not cfg.container_pools:
+            return None
+        if cfg.driver.mode == "managed":
+            assert cfg.driver_os_tag is not None
+            targets = [managed_target(repository, cfg.versions.driver, cfg.driver_os_tag)]
+        else:
+            targets = precompiled_targets(
+                repository, cfg.driver.branch, [(p.kernel, p.os) for p in cfg.container_pools if p.kernel is not None]
+            )
+        return Driver(
+            "state-driver",
+            ops=self._ops,
+            targets=targets,
+            kernel_module_type=cfg.driver.kernel_module_type,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _toolkit(self, after: list[pulumi.Resource]) -> Optional[ContainerToolkit]:
+        cfg = self._cfg
+        if not cfg.components.toolkit:
+            return None
+        files = runtime_files(
+            cfg.cluster.container_runtime,
+            config=cfg.toolkit.runtime_config,
+            drop_in=cfg.toolkit.runtime_drop_in_config,
+            socket=cfg.toolkit.runtime_socket,
+        )
+        return ContainerToolkit("state-container-toolkit", ops=self._ops, files=files, depends_on=after, opts=self._opts())
+
+    def _validator(self, after: list[pulumi.Resource]) -> OperatorValidator:
+        cfg = self._cfg
+        return OperatorValidator(
+            "state-operator-validation",
+            ops=self._ops,
+            device_plugin=cfg.components.device_plugin,
+            mig_strategy=cfg.device_plugin.mig_strategy,
+            plugin_workload=cfg.validator.plugin_workload,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _device_plugin(self, after: list[pulumi.Resource]) -> Optional[DevicePlugin]:
+        cfg = self._cfg
+        if not cfg.components.device_plugin:
+            return None
+        return DevicePlugin(
+            "state-device-plugin",
+            ops=self._ops,
+            mig_strategy=cfg.device_plugin.mig_strategy,
+            shared_pools=cfg.shared_pools,
+            toolkit_enabled=cfg.components.toolkit,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _validation_gate(self, after: list[pulumi.Resource]) -> Optional[ValidationGate]:
+        cfg = self._cfg
+        if cfg.validation.mode == "off":
+            return None
+        assert cfg.node_agent.image is not None
+        return ValidationGate(
+            "stack-validation",
+            ops=self._ops,
+            image=cfg.node_agent.image,
+            mode=cfg.validation.mode,
+            timeout_seconds=cfg.validation.timeout_seconds,
+            stack_digest=stack_digest(cfg),
+            # after every state, not only the previous one: it judges the whole stack
+            depends_on=list(self.states.values()),
+            opts=self._opts(),
+        )

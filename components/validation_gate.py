@@ -1,0 +1,119 @@
+"""Stack validation: did every GPU node end up with a Ready `nvidia-operator-validator` pod?
+
+Operand DaemonSets are not awaited (ordering is per node, fact sheet §1.3), so `pulumi up` learns about node
+health here: a Job, run by the node agent image after everything else is applied, polls the validator pods on
+the GPU nodes until all are Ready or the stack's timeout passes. Nothing depends on this component, so nothing
+the validator needs ever waits on the validator.
+
+- strict: the Job fails when a node is not validated in time, and so does the update;
+- advisory: the Job always completes and records its verdict in the annotation `gpu-stack/validation`, which
+  the program exports as the `validation` stack output.
+The Job is replaced whenever the stack's rendered configuration changes, so every effective `pulumi up`
+re-checks the fleet; a zero-GPU-node cluster completes at once with `no-gpu-nodes`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.batch.v1 import JobSpecArgs
+from pulumi_kubernetes.core.v1 import ContainerArgs, LocalObjectReferenceArgs, PodSpecArgs, PodTemplateSpecArgs, ResourceRequirementsArgs
+from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
+
+from components import consts
+from components._k8s import Operands, also_after, child_opts, env, env_from_field, meta, rbac_set, rule
+from components.node_labeler import AGENT_SECURITY
+from components.validator import NAME as VALIDATOR
+
+NAME = "gpu-stack-validation"
+RESULT_ANNOTATION = "gpu-stack/validation"
+DIGEST_ANNOTATION = "gpu-stack/stack-digest"
+POLL_SECONDS = 10
+# Room for the Job's own start-up and the final patch beyond the validation timeout.
+SLACK_SECONDS = 120
+
+
+def parse_result(annotations: Optional[dict[str, str]]) -> Any:
+    raw = (annotations or {}).get(RESULT_ANNOTATION)
+    if raw is None:
+        return {"status": "unknown", "reason": "the validation Job has not reported (offline render or preview)"}
+    return json.loads(raw)
+
+
+class ValidationGate(pulumi.ComponentResource):
+    job: k8s.batch.v1.Job
+    result: pulumi.Output[Any]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ops: Operands,
+        image: str,
+        mode: str,
+        timeout_seconds: int,
+        stack_digest: str,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        super().__init__("gpu-stack:index:ValidationGate", name, None, opts)
+        child = child_opts(self, depends_on)
+        rbac = rbac_set(
+            NAME,
+            ops.namespace,
+            role_rules=[rule([""], ["pods"], ["get", "list"]), rule(["batch"], ["jobs"], ["get", "patch"], [NAME])],
+            cluster_role_rules=[rule([""], ["nodes"], ["get", "list"])],
+            opts=child,
+        )
+        budget = timeout_seconds + SLACK_SECONDS
+        checker = ContainerArgs(
+            name="wait-validated",
+            image=image,
+            image_pull_policy="IfNotPresent",
+            args=["wait-validated"],
+            env=[
+                env("NAMESPACE", ops.namespace),
+                env("TIMEOUT_SECONDS", str(timeout_seconds)),
+                env("POLL_SECONDS", str(POLL_SECONDS)),
+                env("MODE", mode),
+                env_from_field("JOB_NAME", "metadata.labels['job-name']"),
+            ],
+            security_context=AGENT_SECURITY,
+            resources=ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "128Mi"}),
+        )
+        self.job = k8s.batch.v1.Job(
+            NAME,
+            metadata=meta(
+                NAME,
+                ops.namespace,
+                {"app": NAME, "gpu-stack/validates": VALIDATOR},
+                {DIGEST_ANNOTATION: stack_digest, consts.TIMEOUT_SECONDS: str(budget)},
+            ),
+            spec=JobSpecArgs(
+                backoff_limit=0,
+                active_deadline_seconds=budget,
+                template=PodTemplateSpecArgs(
+                    metadata=ObjectMetaArgs(labels={"app": NAME}),
+                    spec=PodSpecArgs(
+                        service_account_name=NAME,
+                        restart_policy="Never",
+                        containers=[checker],
+                        image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                also_after(child, *rbac.resources),
+                pulumi.ResourceOptions(
+                    # Jobs are immutable: a new stack digest means a new run, old one deleted first.
+                    replace_on_changes=["*"],
+                    delete_before_replace=True,
+                    custom_timeouts=pulumi.CustomTimeouts(create=f"{budget}s", update=f"{budget}s"),
+                )
+            ),
+        )
+        self.result = self.job.metadata.apply(lambda m: parse_result(m.annotations if m else None))
+        self.register_outputs({"mode": mode, "result": self.result})

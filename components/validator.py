@@ -1,0 +1,171 @@
+"""State `state-operator-validation`: the per-node gate every other operand waits on.
+
+Objects as in GO:assets/state-operator-validation with `TransformValidator` applied: init containers run
+driver → toolkit → cuda → plugin checks in that order, each writing its `*-ready` file under
+/run/nvidia/validations; `plugin-validation` is dropped when the device plugin is off (nothing would ever
+advertise a GPU). The DaemonSet name is fixed: the cuda and plugin checks read `nvidia-operator-validator` to
+copy its tolerations into the workload pods they spawn.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.core.v1 import ContainerArgs, LifecycleArgs, LifecycleHandlerArgs, ExecActionArgs
+
+from components import consts
+from components._k8s import (
+    NODE_NAME_ENV,
+    OPERATOR_NAMESPACE_ENV,
+    PRIVILEGED_ROOT,
+    PRIVILEGED_ROOT_S0,
+    SCC_USE,
+    Operands,
+    also_after,
+    child_opts,
+    env,
+    host_path,
+    mount,
+    operand_daemonset,
+    rbac_set,
+    rule,
+    validator_container,
+)
+
+NAME = "nvidia-operator-validator"
+APP_LABELS = {"app": NAME, consts.PART_OF: "gpu-operator"}
+
+ROLE_RULES = (
+    SCC_USE,
+    rule([""], ["pods"], ["create", "get", "list", "watch", "update", "patch", "delete"]),
+    rule(["apps"], ["daemonsets"], ["get", "list", "watch"]),
+)
+CLUSTER_RULES = (
+    rule([""], ["nodes"], ["get", "list", "watch"]),
+    rule(["nvidia.com"], ["clusterpolicies/finalizers", "nvidiadrivers/finalizers"], ["create", "get", "list", "watch", "update", "patch", "delete"]),
+)
+
+VALIDATIONS_MOUNT = mount("run-nvidia-validations", consts.VALIDATIONS_DIR, propagation="Bidirectional")
+
+
+def workload_env(ops: Operands) -> list:
+    """What cuda/plugin validation need to spawn their vectorAdd pods like the operator would."""
+    extra = [env("VALIDATOR_IMAGE", ops.images.validator), env("VALIDATOR_IMAGE_PULL_POLICY", "IfNotPresent")]
+    if ops.pull_secrets:
+        extra.append(env("VALIDATOR_IMAGE_PULL_SECRETS", ",".join(ops.pull_secrets)))
+    if ops.runtime_class:
+        extra.append(env("VALIDATOR_RUNTIME_CLASS", ops.runtime_class))
+    return extra
+
+
+def init_containers(ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool) -> list[ContainerArgs]:
+    image = ops.images.validator
+    checks = [
+        validator_container(
+            "driver-validation",
+            image,
+            "driver",
+            with_wait=True,
+            extra_env=[OPERATOR_NAMESPACE_ENV],
+            security_context=PRIVILEGED_ROOT_S0,
+            mounts=[
+                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+                mount("driver-install-dir", consts.DRIVER_INSTALL_DIR, propagation="HostToContainer"),
+                VALIDATIONS_MOUNT,
+                mount("host-dev-char", "/host-dev-char"),
+            ],
+        ),
+        # NVIDIA_VISIBLE_DEVICES=all only reaches a GPU if the runtime (class or CDI) really works.
+        ContainerArgs(
+            name="toolkit-validation",
+            image=image,
+            image_pull_policy="IfNotPresent",
+            command=["sh", "-c"],
+            args=["nvidia-validator"],
+            env=[env("NVIDIA_VISIBLE_DEVICES", "all"), env("WITH_WAIT", "false"), env("COMPONENT", "toolkit")],
+            security_context=PRIVILEGED_ROOT,
+            volume_mounts=[VALIDATIONS_MOUNT],
+        ),
+        validator_container(
+            "cuda-validation",
+            image,
+            "cuda",
+            with_wait=False,
+            extra_env=[NODE_NAME_ENV, OPERATOR_NAMESPACE_ENV, *workload_env(ops)],
+            mounts=[VALIDATIONS_MOUNT],
+        ),
+    ]
+    if device_plugin:
+        checks.append(
+            ContainerArgs(
+                name="plugin-validation",
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=["sh", "-c"],
+                args=["nvidia-validator"],
+                env=[
+                    env("COMPONENT", "plugin"),
+                    env("WITH_WAIT", "false"),
+                    env("WITH_WORKLOAD", "true" if plugin_workload else "false"),
+                    env("MIG_STRATEGY", mig_strategy),
+                    NODE_NAME_ENV,
+                    OPERATOR_NAMESPACE_ENV,
+                    *workload_env(ops),
+                ],
+                security_context=PRIVILEGED_ROOT,
+                volume_mounts=[VALIDATIONS_MOUNT],
+            )
+        )
+    return checks
+
+
+class OperatorValidator(pulumi.ComponentResource):
+    daemonset: k8s.apps.v1.DaemonSet
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ops: Operands,
+        device_plugin: bool,
+        mig_strategy: str,
+        plugin_workload: bool,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        super().__init__("gpu-stack:index:OperatorValidator", name, None, opts)
+        child = child_opts(self, depends_on)
+        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        main = ContainerArgs(
+            name=NAME,
+            image=ops.images.validator,
+            image_pull_policy="IfNotPresent",
+            command=["sh", "-c"],
+            args=["echo all validations are successful; while true; do sleep 86400; done"],
+            security_context=PRIVILEGED_ROOT,
+            # A stopping validator withdraws its verdict so nothing trusts a node mid-change.
+            lifecycle=LifecycleArgs(
+                pre_stop=LifecycleHandlerArgs(exec_=ExecActionArgs(command=["sh", "-c", f"rm -f {consts.VALIDATIONS_DIR}/*-ready"]))
+            ),
+            volume_mounts=[VALIDATIONS_MOUNT],
+        )
+        self.daemonset = operand_daemonset(
+            NAME,
+            ops,
+            deploy_component="operator-validator",
+            service_account=NAME,
+            selector_labels=APP_LABELS,
+            runtime_class=True,
+            init_containers=init_containers(ops, device_plugin=device_plugin, mig_strategy=mig_strategy, plugin_workload=plugin_workload),
+            containers=[main],
+            volumes=[
+                host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
+                host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR),
+                host_path("host-root", "/"),
+                host_path("host-dev-char", "/dev/char"),
+            ],
+            opts=also_after(child, *rbac.resources),
+        )
+        self.register_outputs({"daemonset": NAME})
