@@ -1,0 +1,127 @@
+"""`python -m gpustack render|check --stack NAME|PATH`: the stack without a cluster, for reviewers and CI.
+
+Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation);
+2 the stack configuration is invalid (message on stderr, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import yaml
+
+from components.config import ConfigError, StackConfig, load_config, stack_file_config
+from gpustack import render, schema
+from gpustack.mockrun import PROJECT_DIR, Recording, run_program
+from gpustack.policyrun import Violation, has_mandatory, pack_config, pack_policies, run_policies
+
+EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG = 0, 1, 2
+
+
+class StackFileError(Exception):
+    pass
+
+
+def resolve_stack(ref: str) -> tuple[str, Path]:
+    """A stack is named (`prod-managed` → stacks/Pulumi.prod-managed.yaml) or given as a path."""
+    path = Path(ref)
+    if not (path.suffix in (".yaml", ".yml") or "/" in ref):
+        path = PROJECT_DIR / "stacks" / f"Pulumi.{ref}.yaml"
+    if not path.is_file():
+        raise StackFileError(f"stack file {path} does not exist")
+    name = path.name
+    if not (name.startswith("Pulumi.") and name.count(".") >= 2):
+        raise StackFileError(f"{path}: a stack file is named Pulumi.<stack>.yaml")
+    return name[len("Pulumi.") : name.rindex(".")], path
+
+
+def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
+    name, path = resolve_stack(ref)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise StackFileError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise StackFileError(f"{path}: expected a mapping with a `config:` key")
+    bag = stack_file_config(document)
+    return name, bag, load_config(bag)
+
+
+def evaluate(ref: str, preview: bool) -> tuple[StackConfig, Recording, list[Violation]]:
+    name, bag, cfg = load_stack(ref)
+    recording = run_program(name, bag, preview=preview)
+    violations = run_policies(recording, pack_policies(), pack_config(name))
+    return cfg, recording, violations
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    cfg, recording, violations = evaluate(args.stack, args.preview)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifests.yaml").write_text(render.manifests_yaml(recording))
+    (out / "graph.json").write_text(json.dumps(render.graph(recording), indent=2) + "\n")
+    (out / "policy.json").write_text(json.dumps({"violations": [v.as_json() for v in violations]}, indent=2) + "\n")
+    objects = sum(1 for r in recording.registrations if r.is_kubernetes_object)
+    print(f"{recording.stack}: {objects} Kubernetes objects, {len(recording.registrations)} resources -> {out}/")
+    _print_violations(violations)
+    return EXIT_VIOLATION if has_mandatory(violations) else EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cfg, recording, violations = evaluate(args.stack, args.preview)
+    versions = cfg.cluster.kubernetes_versions
+    rows, problems = [], []
+    for registration, obj in render.objects_in_order(recording):
+        cells = []
+        for version in versions:
+            found = schema.validate(obj, version)
+            problems += found
+            cells.append("ok" if not found else "FAIL")
+        meta = obj.get("metadata", {})
+        rows.append((obj["kind"], meta.get("namespace", "-"), meta.get("name", "?"), *cells))
+    headers = ("KIND", "NAMESPACE", "NAME", *versions)
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for p in problems:
+        print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
+    _print_violations(violations)
+    failed = bool(problems) or has_mandatory(violations)
+    print(
+        f"{recording.stack}: {'FAIL' if failed else 'PASS'} - {len(rows)} objects x {len(versions)} Kubernetes version(s), "
+        f"{len(problems)} schema problem(s), {len(violations)} policy violation(s)"
+    )
+    return EXIT_VIOLATION if failed else EXIT_OK
+
+
+def _print_violations(violations: Sequence[Violation]) -> None:
+    for v in violations:
+        print(f"policy {v.enforcement} {v.policy}: {v.message} ({v.urn})")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    render_parser = sub.add_parser("render", help="write manifests.yaml, graph.json and policy.json for a stack")
+    render_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
+    render_parser.add_argument("--out", required=True, help="output directory")
+    render_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
+    render_parser.set_defaults(run=cmd_render)
+    check_parser = sub.add_parser("check", help="validate a stack in memory: schemas per Kubernetes version, policies")
+    check_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
+    check_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
+    check_parser.set_defaults(run=cmd_check)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ConfigError, StackFileError) as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())
