@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env
@@ -165,7 +165,7 @@ def _absolute_path(value: Optional[str]) -> Optional[str]:
 
 class Toolkit(_Model):
     install_dir: str = "/usr/local/nvidia"
-    cdi: bool = True
+    cdi: StrictBool = True
     # Overrides for distributions that move the runtime's files (k3s/RKE2: /run/k3s/containerd/containerd.sock).
     runtime_config: Optional[str] = None
     runtime_drop_in_config: Optional[str] = None
@@ -180,7 +180,7 @@ class DevicePlugin(_Model):
 
 class Validator(_Model):
     # plugin-validation spawns a vectorAdd pod requesting a GPU when true; NVIDIA's asset ships it off.
-    plugin_workload: bool = False
+    plugin_workload: StrictBool = False
 
 
 class Validation(_Model):
@@ -247,8 +247,8 @@ class DaemonSets(_Model):
 class Sharing(_Model):
     strategy: Literal["none", "time-slicing"] = "none"
     replicas: Optional[int] = Field(default=None, ge=2, le=64)
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
+    rename_by_default: StrictBool = False
+    fail_requests_greater_than_one: StrictBool = False
 
 
 class NodePool(_Model):
@@ -307,10 +307,10 @@ class Components(_Model):
     """Per-component switches. The operator validator cannot be switched off (it is the node-level gate);
     the driver follows `driver.mode`."""
 
-    nfd: bool = True
-    node_labeler: bool = True
-    toolkit: bool = True
-    device_plugin: bool = True
+    nfd: StrictBool = True
+    node_labeler: StrictBool = True
+    toolkit: StrictBool = True
+    device_plugin: StrictBool = True
 
 
 class StackConfig(_Model):

@@ -76,9 +76,41 @@ def effective_dependencies(recording: Recording) -> dict[str, set[str]]:
     return result
 
 
+def transitive_dependencies(recording: Recording) -> dict[str, set[str]]:
+    """Everything a resource waits for, directly or through what it waits for."""
+    direct = effective_dependencies(recording)
+    closed: dict[str, set[str]] = {}
+
+    def visit(urn: str) -> set[str]:
+        if urn not in closed:
+            closed[urn] = set()
+            for dep in direct.get(urn, ()):
+                closed[urn] |= {dep} | visit(dep)
+        return closed[urn]
+
+    for urn in direct:
+        visit(urn)
+    return closed
+
+
+# Among objects free to go, the order Helm installs kinds in, then by name: registrations arrive in whatever order
+# the asynchronous SDK completes them, and golden files must not depend on that.
+KIND_ORDER = (
+    "Namespace", "RuntimeClass", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
+    "ConfigMap", "Secret", "Service", "DaemonSet", "Deployment", "Job",
+)
+
+
+def _tie_break(registration: Registration) -> tuple:
+    kind = registration.inputs.get("kind", "")
+    metadata = registration.inputs.get("metadata") or {}
+    rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+    return rank, metadata.get("namespace") or "", metadata.get("name") or registration.name
+
+
 def apply_order(recording: Recording) -> list[Registration]:
-    """Kubernetes objects topologically sorted by effective dependencies; ties keep registration order."""
-    objects = [r for r in recording.registrations if r.is_kubernetes_object]
+    """Kubernetes objects topologically sorted by effective dependencies; ties broken by kind, then name."""
+    objects = sorted((r for r in recording.registrations if r.is_kubernetes_object), key=_tie_break)
     index = {r.urn: i for i, r in enumerate(objects)}
     deps = effective_dependencies(recording)
     pending = {r.urn: {d for d in deps[r.urn] if d in index} for r in objects}

@@ -1,0 +1,15 @@
+"""gpu-stack node agent.
+
+The NVIDIA GPU Operator's controller labels GPU nodes (``nvidia.com/gpu.present``,
+``nvidia.com/gpu.deploy.*``) so that its operand DaemonSets land on them. gpu-stack
+replaces that controller with a Pulumi program, which cannot react to nodes joining
+or changing, so this agent runs on every GPU node and labels its own node instead.
+The same image also carries the one-shot validation gate that a Job runs after
+``pulumi up``.
+
+Module layout keeps decisions testable without a cluster: :mod:`.labels` and
+:mod:`.gate` are pure functions over API objects as plain dicts, :mod:`.kube` is the
+only module that talks to the API server.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,253 @@
+"""Command line entry point: ``python -m gpustack_agent {label,wait-validated}``.
+
+Settings come from environment variables rather than flags because both modes are
+started from pod specs that the Pulumi program generates, where env (with the
+downward API for NODE_NAME) is the natural interface. Exit codes: 0 success,
+1 failure (fatal API error, or strict validation failed), 2 bad settings,
+143 stopped by SIGTERM before the gate reached a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Callable, Mapping, Sequence
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from . import gate, kube, labels
+
+DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
+DEFAULT_RESYNC_SECONDS = 60
+DEFAULT_POLL_SECONDS = 10
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+
+LABEL_HELP = f"""environment:
+  NODE_NAME        (required) the node this pod runs on, from the downward API
+  CONFIG_FILE      node-pools config, re-read on every reconcile (default {DEFAULT_CONFIG_FILE})
+  RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS})
+"""
+GATE_HELP = f"""environment:
+  NAMESPACE        (required) namespace of the nvidia-operator-validator pods
+  TIMEOUT_SECONDS  (required) give up after this many seconds
+  POLL_SECONDS     seconds between polls (default {DEFAULT_POLL_SECONDS})
+  MODE             (required) strict: exit 1 unless validated; advisory: always exit 0
+  JOB_NAME         (required) the Job to annotate with {gate.RESULT_ANNOTATION}
+  JOB_NAMESPACE    the Job's namespace (default: this pod's own namespace)
+"""
+
+
+class SettingsError(ValueError):
+    """An environment variable is missing or malformed."""
+
+
+class Shutdown(BaseException):
+    """Raised from the SIGTERM handler. A BaseException so that no `except Exception`
+    on the way up swallows it, and raised (not just flagged) so that a watch blocked
+    on a socket read stops now rather than after RESYNC_SECONDS, which is longer
+    than the default termination grace period."""
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise SettingsError(f"{name} must be set")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        if default is None:
+            raise SettingsError(f"{name} must be set")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class LabelSettings:
+    node_name: str
+    config_file: str
+    resync_seconds: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "LabelSettings":
+        return cls(
+            node_name=_required(env, "NODE_NAME"),
+            config_file=env.get("CONFIG_FILE", "").strip() or DEFAULT_CONFIG_FILE,
+            resync_seconds=_int(env, "RESYNC_SECONDS", DEFAULT_RESYNC_SECONDS, 1),
+        )
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    namespace: str
+    timeout_seconds: int
+    poll_seconds: int
+    mode: str
+    job_name: str
+    job_namespace: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], own_namespace: Callable[[], str | None]) -> "GateSettings":
+        namespace = _required(env, "NAMESPACE")
+        mode = _required(env, "MODE")
+        if mode not in gate.MODES:
+            raise SettingsError(f"MODE must be one of {', '.join(gate.MODES)}, got {mode!r}")
+        # The Job may live outside the operator's namespace; the pod's own namespace
+        # is where its Job is, and NAMESPACE is only a last resort outside a cluster.
+        job_namespace = env.get("JOB_NAMESPACE", "").strip() or own_namespace() or namespace
+        return cls(
+            namespace=namespace,
+            timeout_seconds=_int(env, "TIMEOUT_SECONDS", None, 0),
+            poll_seconds=_int(env, "POLL_SECONDS", DEFAULT_POLL_SECONDS, 1),
+            mode=mode,
+            job_name=_required(env, "JOB_NAME"),
+            job_namespace=job_namespace,
+        )
+
+
+def read_own_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def read_config(path: str) -> labels.Config:
+    """Parse the mounted ConfigMap; any problem reading it is a ConfigError so the
+    label loop treats a missing file like an invalid one and leaves labels alone."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise labels.ConfigError(f"cannot read node-pools config {path}: {exc}") from exc
+    return labels.parse_config(raw)
+
+
+def log_json(record: dict[str, Any]) -> None:
+    """One JSON object per line: label changes and progress to stdout, warnings and
+    errors to stderr, so the gate's verdict is easy to pick out of the Job log."""
+    line = json.dumps(
+        {"ts": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **record},
+        separators=(",", ":"),
+    )
+    stream = sys.stdout if record.get("level", "info") == "info" else sys.stderr
+    print(line, file=stream, flush=True)
+
+
+def print_line(line: str) -> None:
+    print(line, flush=True)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Shutdown()
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpustack_agent",
+        description="gpu-stack node agent: labels its own GPU node, or gates on NVIDIA validation.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{label,wait-validated}")
+    commands.add_parser(
+        "label",
+        help="keep this node's GPU labels reconciled (DaemonSet)",
+        epilog=LABEL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_parser(
+        "wait-validated",
+        help="wait until every GPU node passed NVIDIA validation (Job)",
+        epilog=GATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any]]) -> int:
+    core, _ = clients()
+    log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
+              "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
+    kube.run_label_loop(
+        core,
+        node_name=settings.node_name,
+        load_config=lambda: read_config(settings.config_file),
+        resync_seconds=settings.resync_seconds,
+        log=log_json,
+    )
+    return EXIT_OK
+
+
+def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any]]) -> int:
+    core, batch = clients()
+    return kube.run_gate(
+        core,
+        batch,
+        namespace=settings.namespace,
+        job_namespace=settings.job_namespace,
+        job_name=settings.job_name,
+        timeout_seconds=settings.timeout_seconds,
+        poll_seconds=settings.poll_seconds,
+        mode=settings.mode,
+        log=log_json,
+        out=print_line,
+    )
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    clients: Callable[[], tuple[Any, Any]] = kube.load_clients,
+    own_namespace: Callable[[], str | None] = read_own_namespace,
+) -> int:
+    args = _build_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+    settings: LabelSettings | GateSettings
+    try:
+        if args.command == "label":
+            settings = LabelSettings.from_env(env)
+        else:
+            settings = GateSettings.from_env(env, own_namespace)
+    except SettingsError as exc:
+        log_json({"level": "error", "event": "bad-settings", "command": args.command, "error": str(exc)})
+        return EXIT_USAGE
+
+    # As PID 1 in a container, a signal with no handler installed is ignored, so
+    # without this the pod would only die by SIGKILL at the end of the grace period.
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if isinstance(settings, LabelSettings):
+            return _run_label(settings, clients)
+        return _run_gate(settings, clients)
+    except Shutdown:
+        log_json({"level": "info", "event": "stopping", "command": args.command, "signal": "SIGTERM"})
+        return EXIT_OK if args.command == "label" else EXIT_TERMINATED
+    except (ApiException, urllib3.exceptions.HTTPError, ConfigException) as exc:
+        # Reached only for errors retrying cannot fix (e.g. 403, 404); failing makes
+        # the pod's restarts visible instead of hiding the problem in a log.
+        log_json({"level": "error", "event": "fatal", "command": args.command,
+                  "error": f"{type(exc).__name__}: {exc}".strip()})
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

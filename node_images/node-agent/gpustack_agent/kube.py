@@ -1,0 +1,259 @@
+"""Kubernetes API glue and the two control loops.
+
+Everything that talks to the API server lives here so that :mod:`.labels` and
+:mod:`.gate` stay pure. API objects are converted to dicts shaped like
+``kubectl get -o json`` (camelCase keys) at this boundary, which is what the pure
+modules and the recorded test fixtures use.
+
+The loops take the API objects, clock, sleep, stop and log callables as arguments
+so tests can drive one or two iterations against a mocked API.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from . import gate, labels
+
+# The client would otherwise send a dict body as a strategic merge patch; the
+# patches computed here are JSON merge patches (null deletes a key).
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT_SECONDS = 30.0
+# Slack on top of the server-side watch timeout before the client gives up on a
+# connection that died silently (e.g. a dropped NAT entry).
+WATCH_CLIENT_SLACK_SECONDS = 30.0
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 30.0
+
+Log = Callable[[dict[str, Any]], None]
+Watcher = Callable[[Any, str, int, Optional[str]], Iterable[Mapping[str, Any]]]
+
+
+def load_clients() -> tuple[client.CoreV1Api, client.BatchV1Api]:
+    """API clients authenticated as the pod's service account."""
+    config.load_incluster_config()
+    api_client = client.ApiClient()
+    return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+
+
+def _as_dict(api: Any, obj: Any) -> dict[str, Any]:
+    return api.api_client.sanitize_for_serialization(obj)
+
+
+def get_node(core: Any, name: str) -> dict[str, Any]:
+    return _as_dict(core, core.read_node(name, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+
+
+def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> None:
+    core.patch_node(
+        name=name,
+        body=dict(body),
+        _content_type=MERGE_PATCH,
+        _request_timeout=REQUEST_TIMEOUT_SECONDS,
+    )
+
+
+def watch_node(core: Any, name: str, timeout_seconds: int, resource_version: str | None) -> Iterator[dict[str, Any]]:
+    """Events for one node as ``{"type": ..., "object": <node dict>}`` until the
+    server ends the watch after ``timeout_seconds``."""
+    kwargs: dict[str, Any] = {
+        "field_selector": f"metadata.name={name}",
+        "timeout_seconds": int(timeout_seconds),
+        "_request_timeout": timeout_seconds + WATCH_CLIENT_SLACK_SECONDS,
+    }
+    if resource_version:
+        kwargs["resource_version"] = resource_version
+    watcher = watch.Watch()
+    try:
+        for event in watcher.stream(core.list_node, **kwargs):
+            yield {"type": event["type"], "object": event["raw_object"]}
+    finally:
+        watcher.stop()
+
+
+def list_nodes(core: Any, label_selector: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
+    result = core.list_node(label_selector=label_selector, _request_timeout=request_timeout)
+    return _as_dict(core, result).get("items") or []
+
+
+def list_pods(
+    core: Any, namespace: str, label_selector: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS
+) -> list[dict[str, Any]]:
+    result = core.list_namespaced_pod(
+        namespace=namespace, label_selector=label_selector, _request_timeout=request_timeout
+    )
+    return _as_dict(core, result).get("items") or []
+
+
+def patch_job_annotations(
+    batch: Any,
+    namespace: str,
+    name: str,
+    annotations: Mapping[str, str],
+    request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+) -> None:
+    batch.patch_namespaced_job(
+        name=name,
+        namespace=namespace,
+        body={"metadata": {"annotations": dict(annotations)}},
+        _content_type=MERGE_PATCH,
+        _request_timeout=request_timeout,
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: conflicts (someone else wrote the node first), an
+    expired watch, throttling, server errors and broken connections. Anything else
+    (401/403/404/422) will not fix itself by retrying the same request."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        # status 0 is how the client reports TLS failures, e.g. during API server rotation.
+        return status == 0 or status in (409, 410, 429) or status >= 500
+    return isinstance(exc, urllib3.exceptions.HTTPError)
+
+
+def backoff_delay(failures: int, rng: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with jitter: every node's agent sees the same API server
+    outage, and retrying in lockstep would hit it again all at once."""
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * (2 ** max(0, failures - 1)))
+    return ceiling * (0.5 + rng() / 2)
+
+
+def _describe(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, ApiException):
+        return {"status": exc.status, "reason": exc.reason}
+    return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def reconcile_node(core: Any, node: Mapping[str, Any], config_data: Any, log: Log) -> bool:
+    """Apply the labels ``config_data`` asks for; returns whether a patch was sent."""
+    patch = labels.desired_patch(node, config_data)
+    if patch is None:
+        return False
+    metadata = node.get("metadata") or {}
+    name = metadata["name"]
+    body: dict[str, Any] = {"metadata": dict(patch["metadata"])}
+    # resourceVersion turns the merge patch into a compare-and-swap: if a manager
+    # changed a deploy label after `node` was read, the server answers 409 and the
+    # loop re-reads instead of overwriting that manager's value.
+    if metadata.get("resourceVersion"):
+        body["metadata"]["resourceVersion"] = metadata["resourceVersion"]
+    patch_node(core, name, body)
+    log({"level": "info", "event": "labels-changed", "node": name, **labels.describe_changes(node, patch)})
+    return True
+
+
+def run_label_loop(
+    core: Any,
+    *,
+    node_name: str,
+    load_config: Callable[[], Any],
+    resync_seconds: int,
+    log: Log,
+    stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+    watch_events: Watcher = watch_node,
+    rng: Callable[[], float] = random.random,
+) -> None:
+    """Keep the node's labels reconciled until ``stop()`` is true.
+
+    Each pass reads the node, reconciles, then watches it for ``resync_seconds``
+    reconciling on every change; the watch timing out is the periodic resync that
+    picks up config file changes (they produce no node event).
+    """
+    failures = 0
+    while not stop():
+        try:
+            node = get_node(core, node_name)
+            reconcile_node(core, node, load_config(), log)
+            resource_version = (node.get("metadata") or {}).get("resourceVersion")
+            events = iter(watch_events(core, node_name, resync_seconds, resource_version))
+            try:
+                for event in events:
+                    if stop():
+                        return
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        reconcile_node(core, event["object"], load_config(), log)
+            finally:
+                # Release the watch connection now when leaving early (error, stop),
+                # not whenever the generator happens to be collected.
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+            failures = 0
+        except labels.ConfigError as exc:
+            # Labels stay as they are: guessing with a bad config could strip deploy
+            # labels from every node. kubelet rewrites the mounted file in place, so
+            # the next resync picks up the fix without a restart.
+            log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
+            sleep(resync_seconds)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            if not is_transient(exc):
+                raise
+            failures += 1
+            delay = backoff_delay(failures, rng)
+            log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
+            sleep(delay)
+
+
+def run_gate(
+    core: Any,
+    batch: Any,
+    *,
+    namespace: str,
+    job_namespace: str,
+    job_name: str,
+    timeout_seconds: int,
+    poll_seconds: int,
+    mode: str,
+    log: Log,
+    out: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Poll until every GPU node is validated or ``timeout_seconds`` pass, record
+    the verdict on the Job, print it, and return the process exit code."""
+    deadline = clock() + timeout_seconds
+    result: dict[str, Any] | None = None
+    last_error = "no poll completed"
+    while True:
+        # Bound each call by the time left so a hung API server cannot stretch the
+        # gate past its timeout by more than one poll.
+        request_timeout = max(1.0, min(float(poll_seconds), deadline - clock()))
+        try:
+            nodes = list_nodes(core, gate.GPU_NODE_SELECTOR, request_timeout)
+            pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
+            result = gate.evaluate(nodes, pods)
+            log({"level": "info", "event": "poll", "status": result["status"],
+                 "gpuNodes": result["gpuNodes"], "validatedNodes": result["validatedNodes"]})
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            # Every error is retried until the deadline, 403 included: the Job is
+            # created by the same `pulumi up` as its RBAC, which may land a moment later.
+            last_error = json.dumps(_describe(exc), separators=(",", ":"))
+            log({"level": "warning", "event": "poll-failed", **_describe(exc)})
+        if result is not None and gate.is_settled(result):
+            break
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        sleep(min(float(poll_seconds), remaining))
+
+    if result is None:
+        result = gate.unavailable_result(last_error)
+    line = json.dumps(result, separators=(",", ":"))
+    try:
+        patch_job_annotations(batch, job_namespace, job_name, {gate.RESULT_ANNOTATION: line},
+                              max(1.0, float(poll_seconds)))
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        # The verdict still reaches the log and the exit code; losing the annotation
+        # must not turn a validated stack into a failed Job.
+        log({"level": "error", "event": "annotate-failed", "job": job_name, **_describe(exc)})
+    out(line)
+    return gate.exit_code(result, mode)

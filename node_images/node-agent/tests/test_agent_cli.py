@@ -1,0 +1,156 @@
+"""Command line contract (__main__.py): env parsing, exit codes, SIGTERM, config file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpustack_agent import __main__ as cli
+from gpustack_agent import labels
+
+AGENT_DIR = Path(__file__).resolve().parents[1]
+GATE_ENV = {"NAMESPACE": "gpu-operator", "TIMEOUT_SECONDS": "0", "MODE": "strict", "JOB_NAME": "gpu-stack-validation"}
+
+
+def fake_api() -> mock.MagicMock:
+    api = mock.MagicMock()
+    api.api_client = client.ApiClient()
+    return api
+
+
+def model(obj: Any, kind: str) -> Any:
+    return client.ApiClient().deserialize(json.dumps(obj), kind, "application/json")
+
+
+def last_json_line(text: str) -> dict[str, Any]:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "message"),
+    [
+        ("label", {}, "NODE_NAME must be set"),
+        ("label", {"NODE_NAME": "n", "RESYNC_SECONDS": "soon"}, "RESYNC_SECONDS must be an integer"),
+        ("label", {"NODE_NAME": "n", "RESYNC_SECONDS": "0"}, "RESYNC_SECONDS must be at least 1"),
+        ("wait-validated", {**GATE_ENV, "MODE": "lenient"}, "MODE must be one of strict, advisory"),
+        ("wait-validated", {k: v for k, v in GATE_ENV.items() if k != "TIMEOUT_SECONDS"}, "TIMEOUT_SECONDS must be set"),
+        ("wait-validated", {k: v for k, v in GATE_ENV.items() if k != "JOB_NAME"}, "JOB_NAME must be set"),
+        ("wait-validated", {**GATE_ENV, "POLL_SECONDS": "0"}, "POLL_SECONDS must be at least 1"),
+    ],
+)
+def test_bad_settings_exit_2_before_touching_the_api(capsys, command, env, message):
+    clients = mock.Mock()
+
+    assert cli.main([command], env, clients=clients) == 2
+
+    clients.assert_not_called()
+    assert message in last_json_line(capsys.readouterr().err)["error"]
+
+
+def test_unknown_subcommand_is_a_usage_error():
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["relabel"], {})
+    assert exited.value.code == 2
+
+
+def _gate_clients(load_fixture) -> tuple[Any, Any]:
+    core = fake_api()
+    core.list_node.return_value = model({"items": [load_fixture("node-h100-mig-paused")]}, "V1NodeList")
+    core.list_namespaced_pod.return_value = model(load_fixture("pods-validators"), "V1PodList")
+    return core, fake_api()
+
+
+@pytest.mark.parametrize(("mode", "code"), [("strict", 1), ("advisory", 0)])
+def test_wait_validated_exit_code_and_result_line(load_fixture, capsys, mode, code):
+    core, batch = _gate_clients(load_fixture)
+
+    exit_code = cli.main(["wait-validated"], {**GATE_ENV, "MODE": mode},
+                         clients=lambda: (core, batch), own_namespace=lambda: "gpu-stack")
+
+    assert exit_code == code
+    result = last_json_line(capsys.readouterr().out)
+    assert result["status"] == "not-validated" and result["gpuNodes"] == 1
+    assert batch.patch_namespaced_job.call_args.kwargs["namespace"] == "gpu-stack"
+    assert batch.patch_namespaced_job.call_args.kwargs["name"] == "gpu-stack-validation"
+
+
+def test_job_namespace_env_overrides_own_namespace(load_fixture):
+    core, batch = _gate_clients(load_fixture)
+
+    cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", "JOB_NAMESPACE": "ci"},
+             clients=lambda: (core, batch), own_namespace=lambda: "gpu-stack")
+
+    assert batch.patch_namespaced_job.call_args.kwargs["namespace"] == "ci"
+
+
+def test_sigterm_stops_the_label_loop_cleanly(load_fixture, tmp_path, pool_config, capsys):
+    config_file = tmp_path / "node-pools.json"
+    config_file.write_text(json.dumps(pool_config))
+    core = fake_api()
+    # The signal arrives while the agent is blocked in an API call.
+    core.read_node.side_effect = lambda *a, **k: os.kill(os.getpid(), signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM)
+
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None))
+
+    assert code == 0
+    assert last_json_line(capsys.readouterr().out)["event"] == "stopping"
+    assert signal.getsignal(signal.SIGTERM) is before
+    core.patch_node.assert_not_called()
+
+
+def test_label_exits_1_on_errors_retrying_cannot_fix(tmp_path, pool_config, capsys):
+    config_file = tmp_path / "node-pools.json"
+    config_file.write_text(json.dumps(pool_config))
+    core = fake_api()
+    core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
+
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None))
+
+    assert code == 1
+    assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
+
+
+def test_read_config_accepts_the_pulumi_output(tmp_path, pool_config):
+    path = tmp_path / "node-pools.json"
+    path.write_text(json.dumps(pool_config))
+
+    config = cli.read_config(str(path))
+
+    assert [pool.name for pool in config.pools] == ["a100", "h100", "passthrough"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read node-pools config"), ("{not json", "cannot read node-pools config"),
+     ('{"version": 2}', "unsupported node-pools config version 2")],
+)
+def test_read_config_failures_are_config_errors(tmp_path, content, message):
+    path = tmp_path / "node-pools.json"
+    if content is not None:
+        path.write_text(content)
+
+    with pytest.raises(labels.ConfigError, match=message):
+        cli.read_config(str(path))
+
+
+def test_dockerfile_matches_the_runtime_contract():
+    # Plain text checks; the Dockerfile is only parsed by docker itself.
+    dockerfile = (AGENT_DIR / "Dockerfile").read_text()
+    requirements = (AGENT_DIR / "requirements.txt").read_text()
+
+    base = re.search(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE).group(1)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", base), base
+    pin = re.search(r"^kubernetes==(\S+)$", requirements, re.MULTILINE).group(1)
+    assert f"kubernetes=={pin}" in dockerfile
+    assert re.search(r"^USER 65532(:65532)?$", dockerfile, re.MULTILINE)
+    assert 'ENTRYPOINT ["python", "-m", "gpustack_agent"]' in dockerfile

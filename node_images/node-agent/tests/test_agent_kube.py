@@ -1,0 +1,387 @@
+"""API glue and control loops (kube.py) against a mocked CoreV1Api / BatchV1Api.
+
+The mocks return real client models built from the recorded fixtures and carry a
+real ApiClient, so the model-to-dict conversion is the one used in the cluster.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any, Callable, Iterable
+from unittest import mock
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpustack_agent import gate, kube, labels
+
+NODE_NAME = "ip-10-0-12-34.ec2.internal"
+
+
+def model(obj: Any, kind: str) -> Any:
+    return client.ApiClient().deserialize(json.dumps(obj), kind, "application/json")
+
+
+def fake_api() -> mock.MagicMock:
+    api = mock.MagicMock()
+    api.api_client = client.ApiClient()
+    return api
+
+
+def stop_after(calls: int) -> Callable[[], bool]:
+    """stop() that says False for the first `calls` checks, then True."""
+    answers = itertools.chain([False] * calls, itertools.repeat(True))
+    return lambda: next(answers)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def events(self) -> list[str]:
+        return [r["event"] for r in self.records]
+
+
+@pytest.fixture
+def fresh_node(load_fixture) -> dict[str, Any]:
+    return load_fixture("node-a100-fresh")
+
+
+@pytest.fixture
+def config(pool_config) -> labels.Config:
+    return labels.parse_config(pool_config)
+
+
+# --- thin wrappers ---------------------------------------------------------
+
+
+def test_get_node_returns_kubectl_shaped_dict(fresh_node):
+    core = fake_api()
+    core.read_node.return_value = model(fresh_node, "V1Node")
+
+    node = kube.get_node(core, NODE_NAME)
+
+    core.read_node.assert_called_once_with(NODE_NAME, _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
+    assert node["metadata"]["labels"] == fresh_node["metadata"]["labels"]
+    assert node["metadata"]["resourceVersion"] == "48213577"
+
+
+def test_list_calls_select_server_side(load_fixture):
+    core = fake_api()
+    core.list_node.return_value = model({"items": [load_fixture("node-a100-labelled")]}, "V1NodeList")
+    core.list_namespaced_pod.return_value = model(load_fixture("pods-validators"), "V1PodList")
+
+    nodes = kube.list_nodes(core, gate.GPU_NODE_SELECTOR, 5.0)
+    pods = kube.list_pods(core, "gpu-operator", gate.VALIDATOR_POD_SELECTOR, 5.0)
+
+    core.list_node.assert_called_once_with(
+        label_selector="nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.operator-validator=true",
+        _request_timeout=5.0,
+    )
+    core.list_namespaced_pod.assert_called_once_with(
+        namespace="gpu-operator", label_selector="app=nvidia-operator-validator", _request_timeout=5.0
+    )
+    assert [n["metadata"]["name"] for n in nodes] == ["ip-10-0-12-35.ec2.internal"]
+    assert pods[0]["spec"]["nodeName"] == "ip-10-0-12-35.ec2.internal"
+    assert pods[1]["status"]["initContainerStatuses"][1]["state"]["running"]
+
+
+def test_watch_node_watches_only_its_own_node(fresh_node):
+    core = fake_api()
+    with mock.patch.object(kube.watch, "Watch") as watch_cls:
+        watch_cls.return_value.stream.return_value = iter(
+            [{"type": "MODIFIED", "object": object(), "raw_object": fresh_node}]
+        )
+        events = list(kube.watch_node(core, NODE_NAME, 60, "48213577"))
+
+    watch_cls.return_value.stream.assert_called_once_with(
+        core.list_node,
+        field_selector=f"metadata.name={NODE_NAME}",
+        timeout_seconds=60,
+        _request_timeout=60 + kube.WATCH_CLIENT_SLACK_SECONDS,
+        resource_version="48213577",
+    )
+    watch_cls.return_value.stop.assert_called_once()
+    assert events == [{"type": "MODIFIED", "object": fresh_node}]
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (ApiException(status=409), True),
+        (ApiException(status=410), True),
+        (ApiException(status=429), True),
+        (ApiException(status=503), True),
+        (ApiException(status=0, reason="SSLError"), True),
+        (urllib3.exceptions.ProtocolError("connection reset"), True),
+        (ApiException(status=403), False),
+        (ApiException(status=404), False),
+        (ApiException(status=422), False),
+    ],
+)
+def test_is_transient(exc, transient):
+    assert kube.is_transient(exc) is transient
+
+
+def test_backoff_grows_and_is_capped():
+    assert kube.backoff_delay(1, rng=lambda: 1.0) == 1.0
+    assert kube.backoff_delay(3, rng=lambda: 1.0) == 4.0
+    assert kube.backoff_delay(20, rng=lambda: 1.0) == kube.BACKOFF_CAP_SECONDS
+    assert kube.backoff_delay(3, rng=lambda: 0.0) == 2.0
+
+
+# --- label loop ------------------------------------------------------------
+
+
+def test_reconcile_sends_merge_patch_guarded_by_resource_version(fresh_node, config):
+    core = fake_api()
+    log = Recorder()
+
+    assert kube.reconcile_node(core, fresh_node, config, log) is True
+
+    core.patch_node.assert_called_once()
+    kwargs = core.patch_node.call_args.kwargs
+    assert kwargs["name"] == NODE_NAME
+    assert kwargs["_content_type"] == "application/merge-patch+json"
+    body = kwargs["body"]
+    assert body["metadata"]["resourceVersion"] == "48213577"
+    assert body["metadata"]["labels"]["gpu-stack/pool"] == "a100"
+    assert body["metadata"]["labels"]["nvidia.com/gpu.deploy.driver"] == "true"
+    record = log.records[0]
+    assert record["event"] == "labels-changed" and record["node"] == NODE_NAME
+    assert record["labels"]["gpu-stack/pool"] == {"old": None, "new": "a100"}
+    json.dumps(record)  # must be serialisable as one log line
+
+
+def test_reconcile_without_changes_sends_nothing(load_fixture, config):
+    core = fake_api()
+    log = Recorder()
+
+    assert kube.reconcile_node(core, load_fixture("node-a100-labelled"), config, log) is False
+
+    core.patch_node.assert_not_called()
+    assert log.records == []
+
+
+def test_label_loop_reconciles_on_start_and_on_watch_events(fresh_node, apply_patch, pool_config, config):
+    core = fake_api()
+    core.read_node.return_value = model(fresh_node, "V1Node")
+    labelled = apply_patch(fresh_node, labels.desired_patch(fresh_node, config))
+    user_opted_out = apply_patch(labelled, {"metadata": {"labels": {"nvidia.com/gpu.present": None}}})
+    watch_calls: list[tuple[Any, ...]] = []
+
+    def watch_events(api: Any, name: str, timeout: int, rv: str | None) -> Iterable[dict[str, Any]]:
+        watch_calls.append((api, name, timeout, rv))
+        yield {"type": "MODIFIED", "object": labelled}        # our own patch echoing back
+        yield {"type": "MODIFIED", "object": user_opted_out}  # someone removed gpu.present
+
+    log = Recorder()
+    kube.run_label_loop(
+        core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=log,
+        stop=stop_after(3), sleep=mock.Mock(), watch_events=watch_events,
+    )
+
+    assert watch_calls == [(core, NODE_NAME, 60, "48213577")]
+    assert core.patch_node.call_count == 2
+    second = core.patch_node.call_args_list[1].kwargs["body"]
+    assert second["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
+    assert log.events() == ["labels-changed", "labels-changed"]
+
+
+def test_label_loop_retries_conflict_with_a_fresh_read(fresh_node, pool_config):
+    core = fake_api()
+    core.read_node.return_value = model(fresh_node, "V1Node")
+    core.patch_node.side_effect = [ApiException(status=409, reason="Conflict"), None]
+    sleep = mock.Mock()
+    log = Recorder()
+
+    kube.run_label_loop(
+        core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=log,
+        stop=stop_after(2), sleep=sleep, watch_events=lambda *a: iter(()), rng=lambda: 0.0,
+    )
+
+    assert core.read_node.call_count == 2
+    assert core.patch_node.call_count == 2
+    sleep.assert_called_once_with(0.5)
+    assert log.events() == ["retry", "labels-changed"]
+    assert log.records[0]["status"] == 409
+
+
+def test_label_loop_backs_off_on_server_errors(fresh_node, pool_config):
+    core = fake_api()
+    core.read_node.side_effect = [ApiException(status=503), ApiException(status=500), model(fresh_node, "V1Node")]
+    sleep = mock.Mock()
+
+    kube.run_label_loop(
+        core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=Recorder(),
+        stop=stop_after(3), sleep=sleep, watch_events=lambda *a: iter(()), rng=lambda: 1.0,
+    )
+
+    assert [c.args[0] for c in sleep.call_args_list] == [1.0, 2.0]
+    core.patch_node.assert_called_once()
+
+
+def test_label_loop_gives_up_on_errors_retrying_cannot_fix(pool_config):
+    core = fake_api()
+    core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(ApiException):
+        kube.run_label_loop(
+            core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=Recorder(),
+            stop=stop_after(5), sleep=mock.Mock(), watch_events=lambda *a: iter(()),
+        )
+
+
+def test_label_loop_leaves_labels_alone_with_an_invalid_config(fresh_node, pool_config):
+    core = fake_api()
+    core.read_node.return_value = model(fresh_node, "V1Node")
+    sleep = mock.Mock()
+    log = Recorder()
+
+    kube.run_label_loop(
+        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=2), resync_seconds=45,
+        log=log, stop=stop_after(1), sleep=sleep, watch_events=lambda *a: iter(()),
+    )
+
+    core.patch_node.assert_not_called()
+    sleep.assert_called_once_with(45)
+    assert log.records[0]["event"] == "config-invalid"
+    assert "unsupported node-pools config version 2" in log.records[0]["error"]
+
+
+# --- validation gate -------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def gate_apis(nodes: list[dict[str, Any]], pod_lists: list[list[dict[str, Any]]]) -> tuple[Any, Any]:
+    core = fake_api()
+    core.list_node.return_value = model({"items": nodes}, "V1NodeList")
+    core.list_namespaced_pod.side_effect = [model({"items": pods}, "V1PodList") for pods in pod_lists]
+    return core, fake_api()
+
+
+def run_gate(core: Any, batch: Any, clock: FakeClock, mode: str = "strict", timeout: int = 25,
+             poll: int = 10) -> tuple[int, list[str], Recorder]:
+    out: list[str] = []
+    log = Recorder()
+    code = kube.run_gate(
+        core, batch, namespace="gpu-operator", job_namespace="gpu-stack", job_name="gpu-stack-validation",
+        timeout_seconds=timeout, poll_seconds=poll, mode=mode, log=log, out=out.append,
+        clock=clock, sleep=clock.sleep,
+    )
+    return code, out, log
+
+
+def test_gate_validated_on_first_poll_annotates_job(load_fixture):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods])
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock)
+
+    assert code == 0
+    assert clock.sleeps == []
+    expected = '{"status":"validated","gpuNodes":1,"validatedNodes":1,"notValidated":[]}'
+    assert out == [expected]
+    batch.patch_namespaced_job.assert_called_once_with(
+        name="gpu-stack-validation",
+        namespace="gpu-stack",
+        body={"metadata": {"annotations": {"gpu-stack/validation": expected}}},
+        _content_type="application/merge-patch+json",
+        _request_timeout=10.0,
+    )
+    assert core.list_node.call_args.kwargs["label_selector"] == gate.GPU_NODE_SELECTOR
+    assert core.list_namespaced_pod.call_args.kwargs["namespace"] == "gpu-operator"
+
+
+def test_gate_keeps_polling_until_validated(load_fixture):
+    pods = load_fixture("pods-validators")["items"]
+    h100 = load_fixture("node-h100-mig-paused")
+    ready_pod = json.loads(json.dumps(pods[0]))
+    ready_pod["spec"]["nodeName"] = h100["metadata"]["name"]
+    core, batch = gate_apis([h100], [[pods[1]], [ready_pod]])
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock)
+
+    assert code == 0
+    assert clock.sleeps == [10.0]
+    assert json.loads(out[0])["status"] == "validated"
+
+
+@pytest.mark.parametrize(("mode", "code"), [("strict", 1), ("advisory", 0)])
+def test_gate_times_out_without_overrunning(load_fixture, mode, code):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-h100-mig-paused")], [[pods[1]]] * 10)
+    clock = FakeClock()
+
+    exit_code, out, _ = run_gate(core, batch, clock, mode=mode, timeout=25, poll=10)
+
+    assert exit_code == code
+    # Polls at t=0, 10, 20 and a last one exactly at the deadline.
+    assert clock.sleeps == [10.0, 10.0, 5.0]
+    assert clock.now - 1000.0 == 25.0
+    assert core.list_namespaced_pod.call_count == 4
+    result = json.loads(out[0])
+    assert result["status"] == "not-validated"
+    assert result["notValidated"] == [
+        {"node": "ip-10-0-40-7.ec2.internal", "reason": "validator not ready: toolkit-validation"}
+    ]
+    annotation = batch.patch_namespaced_job.call_args.kwargs["body"]["metadata"]["annotations"]
+    assert json.loads(annotation["gpu-stack/validation"]) == result
+
+
+def test_gate_with_unreachable_api_reports_not_validated(load_fixture):
+    core = fake_api()
+    core.list_node.side_effect = ApiException(status=403, reason="Forbidden")
+    batch = fake_api()
+    clock = FakeClock()
+
+    code, out, log = run_gate(core, batch, clock, timeout=20, poll=10)
+
+    assert code == 1
+    assert core.list_node.call_count == 3
+    result = json.loads(out[0])
+    assert result["status"] == "not-validated" and "403" in result["error"]
+    assert log.events().count("poll-failed") == 3
+    batch.patch_namespaced_job.assert_called_once()
+
+
+def test_gate_annotation_failure_does_not_change_the_verdict(load_fixture):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods])
+    batch.patch_namespaced_job.side_effect = ApiException(status=404, reason="Not Found")
+
+    code, out, log = run_gate(core, batch, FakeClock())
+
+    assert code == 0
+    assert json.loads(out[0])["status"] == "validated"
+    assert log.records[-1]["event"] == "annotate-failed"
+
+
+def test_gate_with_zero_gpu_nodes_succeeds_immediately(load_fixture):
+    core, batch = gate_apis([], [[]])
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock)
+
+    assert code == 0 and clock.sleeps == []
+    assert json.loads(out[0])["status"] == "no-gpu-nodes"

@@ -1,0 +1,70 @@
+"""Test support: stack config bags, renders of the real program under mocks (cached per input), object lookups."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from components.config import stack_file_config  # noqa: E402
+from gpustack.mockrun import Recording, run_program  # noqa: E402
+
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+
+def stack_document(stack: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The stack's `gpu-stack:` settings as plain data, to be modified by a test and turned into a bag."""
+    return copy.deepcopy(stack_document(stack)["config"])
+
+
+def bag(config: dict[str, Any]) -> dict[str, str]:
+    return stack_file_config({"config": config})
+
+
+_cache: dict[tuple[str, str, bool], Recording] = {}
+
+
+def render(config: dict[str, Any], *, stack: str = "test", preview: bool = False) -> Recording:
+    key = (stack, json.dumps(config, sort_keys=True), preview)
+    if key not in _cache:
+        _cache[key] = run_program(stack, bag(config), preview=preview)
+    return _cache[key]
+
+
+def render_stack(stack: str, *, preview: bool = False) -> Recording:
+    return render(stack_config(stack), stack=stack, preview=preview)
+
+
+def objects(recording: Recording, kind: str) -> dict[str, dict[str, Any]]:
+    """Kubernetes objects of one kind, by name, as the manifests render them."""
+    from gpustack.render import kubernetes_object
+
+    found = {}
+    for r in recording.registrations:
+        if r.is_kubernetes_object and r.inputs.get("kind") == kind:
+            obj = kubernetes_object(r)
+            found[obj["metadata"]["name"]] = obj
+    return found
+
+
+def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = obj["spec"]["template"]["spec"]
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        if c["name"] == name:
+            return c
+    raise KeyError(f"{obj['metadata']['name']} has no container {name}")
+
+
+def env_of(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}

@@ -1,0 +1,23 @@
+"""Every object of every stack, validated strictly against every Kubernetes version the stack declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.config import load_config
+from gpustack import schema
+from gpustack.render import objects_in_order
+from stacktest import STACKS, bag, render_stack, stack_config
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_is_schema_valid_for_each_declared_version(stack):
+    versions = load_config(bag(stack_config(stack))).cluster.kubernetes_versions
+    problems = [p for _, obj in objects_in_order(render_stack(stack)) for v in versions for p in schema.validate(obj, v)]
+    assert problems == []
+
+
+def test_daemonsets_are_valid_on_the_oldest_and_newest_supported_kubernetes():
+    for _, obj in objects_in_order(render_stack("prod-managed")):
+        for version in ("1.25", "1.37"):
+            assert schema.validate(obj, version) == [], (obj["kind"], obj["metadata"]["name"], version)
