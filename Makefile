@@ -1,0 +1,32 @@
+# Each target builds .venv from the pinned requirements on first use, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK ?= dev
+OUT ?= out/$(STACK)
+
+.PHONY: render check check-stacks test bench golden
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+render: $(VENV)/.installed  ## render one stack offline: manifests.yaml, graph.json, policy.json
+	$(PY) -m gpustack render --stack $(STACK) --out $(OUT)
+
+check: $(VENV)/.installed  ## strict schema + policy check of one stack
+	$(PY) -m gpustack check --stack $(STACK)
+
+check-stacks: $(VENV)/.installed  ## check every stack in stacks/
+	@set -e; for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
+	  $(PY) -m gpustack check --stack $$s | tail -n 1; done
+
+test: $(VENV)/.installed  ## the whole test suite (what CI runs)
+	$(PY) -m pytest -n 2
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/render.py
+
+golden: $(VENV)/.installed  ## rewrite tests/golden after an intended change
+	$(PY) tests/regenerate_golden.py
