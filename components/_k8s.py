@@ -120,6 +120,17 @@ VALIDATIONS_VOLUME = host_path("run-nvidia-validations", consts.VALIDATIONS_DIR,
 
 # --- node-level ordering: init containers that wait on /run/nvidia/validations ------------------------------
 
+# Entry points of operands that need the driver wait for the validator's verdict and take its variables
+# (IS_HOST_DRIVER, NVIDIA_DRIVER_ROOT, ...) into their environment.
+SOURCE_DRIVER_READY = f"""until [ -f {consts.VALIDATIONS_DIR}/driver-ready ]; do
+  echo "waiting for the driver validation to write driver-ready"
+  sleep 5
+done
+set -o allexport
+cat {consts.VALIDATIONS_DIR}/driver-ready
+. {consts.VALIDATIONS_DIR}/driver-ready
+"""
+
 
 def wait_for_validation(image: str, ready_file: str, *, name: str = "toolkit-validation") -> ContainerArgs:
     """The shell gate NVIDIA puts in front of every operand that needs a working container stack."""

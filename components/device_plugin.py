@@ -19,6 +19,7 @@ from components import consts
 from components._k8s import (
     NODE_NAME_ENV,
     PRIVILEGED,
+    SOURCE_DRIVER_READY,
     SCC_USE,
     Operands,
     also_after,
@@ -46,14 +47,7 @@ AVAILABLE_CONFIGS_DIR = "/available-configs"
 # Waits for driver-ready, sources it, and turns on GDS/GDRCopy device injection when their modules are loaded
 # (the same contract as NVIDIA's entrypoint, which also never overrides a value set explicitly in env).
 ENTRYPOINT = f"""#!/bin/sh
-until [ -f {consts.VALIDATIONS_DIR}/driver-ready ]; do
-  echo "waiting for the driver validation to write driver-ready"
-  sleep 5
-done
-set -o allexport
-cat {consts.VALIDATIONS_DIR}/driver-ready
-. {consts.VALIDATIONS_DIR}/driver-ready
-
+{SOURCE_DRIVER_READY}
 if lsmod | grep -q "^gdrdrv "; then
   GDRCOPY_ENABLED="${{GDRCOPY_ENABLED:-true}}"
 fi

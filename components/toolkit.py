@@ -21,6 +21,7 @@ from components._k8s import (
     PRIVILEGED_ROOT_S0,
     PRIVILEGED_S0,
     SCC_USE,
+    SOURCE_DRIVER_READY,
     Operands,
     also_after,
     child_opts,
@@ -47,14 +48,7 @@ SOCKET_TARGET_DIR = "/runtime/sock-dir/"
 # The sleep works around containerd >= 1.6.9 sending SIGTERM to a toolkit that restarts it too early (the
 # operator's entrypoint carries the same delay).
 ENTRYPOINT = f"""#!/bin/sh
-until [ -f {consts.VALIDATIONS_DIR}/driver-ready ]; do
-  echo "waiting for the driver validation to write driver-ready"
-  sleep 5
-done
-set -o allexport
-cat {consts.VALIDATIONS_DIR}/driver-ready
-. {consts.VALIDATIONS_DIR}/driver-ready
-sleep 5
+{SOURCE_DRIVER_READY}sleep 5
 exec nvidia-toolkit
 """
 
