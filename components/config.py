@@ -192,6 +192,13 @@ class Nfd(_Model):
     mode: Literal["deploy", "existing"] = "deploy"
     chart_repository: str = catalog.NFD_CHART_REPOSITORY
 
+    @field_validator("chart_repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not re.fullmatch(r"(oci|https)://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._-]+)*/?", value):
+            raise ValueError(f"{value!r} is not an oci:// or https:// chart repository URL")
+        return value
+
 
 class NodeAgent(_Model):
     image: Optional[str] = None
@@ -234,6 +241,21 @@ class DaemonSets(_Model):
         if isinstance(value, str) and re.fullmatch(r"[1-9]\d*%?", value):
             return value
         raise ValueError(f"{value!r} is not a positive count or a percentage such as '25%'")
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _priority_class(cls, value: str) -> str:
+        if not DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a PriorityClass name (DNS-1123 subdomain)")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, annotations: dict[str, str]) -> dict[str, str]:
+        for key in annotations:
+            if not LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid annotation key")
+        return annotations
 
     @field_validator("labels")
     @classmethod

@@ -107,6 +107,17 @@ BAD = [
         "devicePlugin: true",
     ),
     ("not a mapping", setter(C, value="prod"), "gpu-stack:cluster", "expected a mapping"),
+    ("plugin workload", setter("gpu-stack:validator", "pluginWorkload", value="no"), "gpu-stack:validator.pluginWorkload", "true, false"),
+    ("resync", setter("gpu-stack:nodeAgent", "resyncSeconds", value=5), "gpu-stack:nodeAgent.resyncSeconds", "greater than or equal to 10"),
+    ("chart repo", setter("gpu-stack:nfd", "chartRepository", value="registry.k8s.io/nfd"), "gpu-stack:nfd.chartRepository", "oci://"),
+    ("priority class", setter("gpu-stack:daemonsets", "priorityClassName", value="GPU Critical"), "gpu-stack:daemonsets.priorityClassName", "PriorityClass"),
+    ("ds labels", setter("gpu-stack:daemonsets", "labels", value={"team": "a b"}), "gpu-stack:daemonsets.labels", "valid Kubernetes label"),
+    ("ds annotations", setter("gpu-stack:daemonsets", "annotations", value={"bad key!": "x"}), "gpu-stack:daemonsets.annotations", "annotation key"),
+    ("drop-in path", setter("gpu-stack:toolkit", "runtimeDropInConfig", value="etc/x.toml"), "gpu-stack:toolkit.runtimeDropInConfig", "absolute"),
+    ("rename", setter(P, 1, "sharing", "renameByDefault", value="yes"), "gpu-stack:nodePools[1].sharing.renameByDefault", "true, false"),
+    ("selector", setter(P, 0, "nodeSelector", value={"bad key!": "x"}), "gpu-stack:nodePools[0].nodeSelector", "label selector"),
+    ("pool name", setter(P, 0, "name", value="Training"), "gpu-stack:nodePools[0].name", "DNS-1123"),
+    ("component switch", setter("gpu-stack:components", "toolkit", value="off"), "gpu-stack:components.toolkit", "true, false"),
     ("socket on cri-o", lambda c: c[C].update(containerRuntime="cri-o") or c.setdefault("gpu-stack:toolkit", {}).update(runtimeSocket="/run/x.sock"), "gpu-stack:toolkit.runtimeSocket", "cri-o"),
 ]
 
