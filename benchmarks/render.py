@@ -59,7 +59,7 @@ from gpustack.render import integral, kubernetes_object  # noqa: E402
 STACK = "prod-managed"
 STACK_FILE = PROJECT_DIR / "stacks" / f"Pulumi.{STACK}.yaml"
 POOL_COUNTS = (1, 10, 50)
-REPEATS = 3
+REPEATS = 7  # the 2-core machine is noisy; best-of-3 swung the ratio between 1.0 and 2.1
 GPU_MODELS = ("A100-80GB", "H100-80GB", "L4")
 POOL_OS = "ubuntu22.04"
 POOL_SELECTOR_KEY = "gpu-stack.benchmark/pool"

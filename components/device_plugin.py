@@ -221,4 +221,5 @@ class DevicePlugin(pulumi.ComponentResource):
             volumes=volumes,
             opts=also_after(child, *after),
         )
-        self.register_outputs({"daemonset": DAEMONSET, "configs": sorted(plugin_configs(mig_strategy, shared_pools)) if with_config else []})
+        config_keys = sorted([DEFAULT_CONFIG_KEY, *(p.name for p in shared_pools)]) if with_config else []
+        self.register_outputs({"daemonset": DAEMONSET, "configs": config_keys})
