@@ -22,7 +22,6 @@ from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from components import catalog
-from components.consts import WORKLOAD_TYPES
 
 NAMESPACE = "gpu-stack"
 

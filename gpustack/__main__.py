@@ -75,7 +75,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg, recording, violations = evaluate(args.stack, args.preview)
     versions = cfg.cluster.kubernetes_versions
     rows, problems = [], []
-    for registration, obj in render.objects_in_order(recording):
+    for _, obj in render.objects_in_order(recording):
         cells = []
         for version in versions:
             found = schema.validate(obj, version)
@@ -86,7 +86,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     headers = ("KIND", "NAMESPACE", "NAME", *versions)
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for p in problems:
         print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
     _print_violations(violations)

@@ -105,8 +105,10 @@ def run_policies(recording: Recording, policies: Sequence[Policy], config: Optio
                     registration.type, registration.inputs, registration.urn, registration.name, _options(registration), None, settings
                 )
 
-                def report(message: str, urn: Optional[str] = None, _r: Registration = registration) -> None:
-                    violations.append(Violation(policy.name, level.value, _r.urn, message))
+                def report(
+                    message: str, urn: Optional[str] = None, _r: Registration = registration, _p: Policy = policy, _l: EnforcementLevel = level
+                ) -> None:
+                    violations.append(Violation(_p.name, _l.value, _r.urn, message))
 
                 for validate in _validators(policy):
                     try:
@@ -116,8 +118,8 @@ def run_policies(recording: Recording, policies: Sequence[Policy], config: Optio
         elif isinstance(policy, StackValidationPolicy):
             args = StackValidationArgs(stack_resources, settings)
 
-            def report_stack(message: str, urn: Optional[str] = None) -> None:
-                violations.append(Violation(policy.name, level.value, urn or "", message))
+            def report_stack(message: str, urn: Optional[str] = None, _p: Policy = policy, _l: EnforcementLevel = level) -> None:
+                violations.append(Violation(_p.name, _l.value, urn or "", message))
 
             for validate in _validators(policy):
                 try:

@@ -6,7 +6,7 @@ import copy
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
