@@ -16,6 +16,8 @@ import jsonschema
 from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
+from gpustack.crd_schemas import crd_validator
+
 
 @dataclass(frozen=True)
 class SchemaProblem:
@@ -40,14 +42,14 @@ def _definitions(schema_dir: str, desired: str) -> Resource:
 
 @functools.lru_cache(maxsize=None)
 def validator(desired: str, api_version: str, kind: str) -> Optional[jsonschema.protocols.Validator]:
-    """A compiled strict validator, or None when the package ships no schema for this kind (a CRD's kind)."""
+    """A compiled strict validator; for a CRD's kind gpu-stack's own schema (gpustack.crd_schemas), or None."""
     version = _schema_version(desired)
     schema_dir = f"v{version}-local-strict"
     group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     try:
         schema = kv.schema_contents(f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{group_version}.json", desired)
     except FileNotFoundError:
-        return None
+        return crd_validator(api_version, kind)
     registry = Resource.from_contents(schema) @ Registry()
     registry = _definitions(schema_dir, desired) @ registry
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)

@@ -1,0 +1,201 @@
+"""Strict JSON Schemas for the Prometheus Operator kinds gpu-stack renders (monitoring.coreos.com/v1).
+
+kubernetes-validate ships schemas for built-in kinds only, so `gpustack.schema.validator` falls back to these for
+`ServiceMonitor` and `PrometheusRule`. They are written from the Prometheus Operator API reference (field names
+and types), cover the fields gpu-stack sets plus the common optional ones, and reject anything else
+(`additionalProperties: false` on every object defined here), so a misspelt field fails the check instead of
+being silently pruned by the API server.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jsonschema
+
+API_VERSION = "monitoring.coreos.com/v1"
+
+# Prometheus duration: units from years down to milliseconds, largest first, e.g. 30s, 1h30m, 0.
+_DURATION = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
+_LABEL_NAME = {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+_METADATA = _object(
+    {
+        "name": {"type": "string", "minLength": 1, "maxLength": 253,
+                 "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
+        "namespace": {"type": "string", "minLength": 1, "maxLength": 63,
+                      "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+        "labels": _STRING_MAP,
+        "annotations": _STRING_MAP,
+    },
+    required=("name",),
+)
+
+# Both spellings are accepted by the API (lower case, as in Prometheus, or CamelCase).
+_RELABEL_ACTIONS = [
+    "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
+    "labeldrop", "LabelDrop", "labelkeep", "LabelKeep", "lowercase", "Lowercase", "uppercase", "Uppercase",
+    "keepequal", "KeepEqual", "dropequal", "DropEqual",
+]
+
+_RELABEL_CONFIG = _object(
+    {
+        "sourceLabels": {"type": "array", "items": _LABEL_NAME},
+        "separator": {"type": "string"},
+        "targetLabel": {"type": "string"},
+        "regex": {"type": "string"},
+        "replacement": {"type": "string"},
+        "modulus": {"type": "integer", "minimum": 0},
+        "action": {"enum": _RELABEL_ACTIONS},
+    }
+)
+
+_LABEL_SELECTOR = _object(
+    {
+        "matchLabels": _STRING_MAP,
+        "matchExpressions": {
+            "type": "array",
+            "items": _object(
+                {
+                    "key": {"type": "string", "minLength": 1},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": _STRINGS,
+                },
+                required=("key", "operator"),
+            ),
+        },
+    }
+)
+
+_ENDPOINT = _object(
+    {
+        "port": {"type": "string", "minLength": 1},
+        "targetPort": _INT_OR_STRING,
+        "path": {"type": "string", "pattern": "^/"},
+        "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+        "params": {"type": "object", "additionalProperties": _STRINGS},
+        "interval": _DURATION,
+        "scrapeTimeout": _DURATION,
+        "honorLabels": {"type": "boolean"},
+        "honorTimestamps": {"type": "boolean"},
+        "trackTimestampsStaleness": {"type": "boolean"},
+        "followRedirects": {"type": "boolean"},
+        "enableHttp2": {"type": "boolean"},
+        "filterRunning": {"type": "boolean"},
+        "relabelings": {"type": "array", "items": _RELABEL_CONFIG},
+        "metricRelabelings": {"type": "array", "items": _RELABEL_CONFIG},
+    }
+)
+
+SERVICE_MONITOR: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ServiceMonitor (monitoring.coreos.com/v1), as gpu-stack renders it",
+    **_object(
+        {
+            "apiVersion": {"const": API_VERSION},
+            "kind": {"const": "ServiceMonitor"},
+            "metadata": _METADATA,
+            "spec": _object(
+                {
+                    "jobLabel": {"type": "string"},
+                    "targetLabels": _STRINGS,
+                    "podTargetLabels": _STRINGS,
+                    "endpoints": {"type": "array", "items": _ENDPOINT},
+                    "selector": _LABEL_SELECTOR,
+                    "namespaceSelector": _object({"any": {"type": "boolean"}, "matchNames": _STRINGS}),
+                    "sampleLimit": {"type": "integer", "minimum": 0},
+                    "targetLimit": {"type": "integer", "minimum": 0},
+                    "labelLimit": {"type": "integer", "minimum": 0},
+                    "attachMetadata": _object({"node": {"type": "boolean"}}),
+                    "scrapeClass": {"type": "string", "minLength": 1},
+                },
+                required=("selector",),
+            ),
+        },
+        required=("apiVersion", "kind", "metadata", "spec"),
+    ),
+}
+
+_RULE = {
+    **_object(
+        {
+            "alert": {"type": "string", "minLength": 1},
+            "record": {"type": "string", "minLength": 1},
+            "expr": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+            "for": _DURATION,
+            "keep_firing_for": _DURATION,
+            "labels": _STRING_MAP,
+            "annotations": _STRING_MAP,
+        },
+        required=("expr",),
+    ),
+    # Exactly one of alert / record.
+    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+    # A recording rule has no `for`, `keep_firing_for` or annotations.
+    "if": {"required": ["record"]},
+    "then": {"not": {"anyOf": [{"required": ["for"]}, {"required": ["keep_firing_for"]},
+                               {"required": ["annotations"]}]}},
+}
+
+PROMETHEUS_RULE: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "PrometheusRule (monitoring.coreos.com/v1), as gpu-stack renders it",
+    **_object(
+        {
+            "apiVersion": {"const": API_VERSION},
+            "kind": {"const": "PrometheusRule"},
+            "metadata": _METADATA,
+            "spec": _object(
+                {
+                    "groups": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "name": {"type": "string", "minLength": 1},
+                                "interval": _DURATION,
+                                "limit": {"type": "integer", "minimum": 0},
+                                "query_offset": _DURATION,
+                                "labels": _STRING_MAP,
+                                "partial_response_strategy": {"type": "string"},
+                                "rules": {"type": "array", "items": _RULE},
+                            },
+                            required=("name",),
+                        ),
+                    },
+                },
+            ),
+        },
+        required=("apiVersion", "kind", "metadata", "spec"),
+    ),
+}
+
+SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    (API_VERSION, "ServiceMonitor"): SERVICE_MONITOR,
+    (API_VERSION, "PrometheusRule"): PROMETHEUS_RULE,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def crd_validator(api_version: str, kind: str) -> Optional[jsonschema.protocols.Validator]:
+    """A compiled strict validator for a Prometheus Operator kind gpu-stack renders, or None for any other kind."""
+    schema = SCHEMAS.get((api_version, kind))
+    if schema is None:
+        return None
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
