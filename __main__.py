@@ -17,5 +17,7 @@ pulumi.export("cluster", config.cluster.name)
 pulumi.export("namespace", config.cluster.namespace)
 pulumi.export("states", list(stack.states))
 pulumi.export("nodePools", {p.name: {"workloadType": p.workload_type, "gpuModel": p.gpu_model} for p in config.node_pools})
+# What a workload on each pool requests: resource names and how many of each one GPU becomes.
+pulumi.export("gpuResources", stack.gpu_resources)
 gate = stack.states.get("stack-validation")
 pulumi.export("validation", gate.result if gate is not None else {"status": "off"})

@@ -12,16 +12,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.apps.v1 import DaemonSetSpecArgs, DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
 from pulumi_kubernetes.core.v1 import (
+    ConfigMapVolumeSourceArgs,
     ContainerArgs,
+    EmptyDirVolumeSourceArgs,
     EnvVarArgs,
     EnvVarSourceArgs,
     HostPathVolumeSourceArgs,
+    KeyToPathArgs,
     LocalObjectReferenceArgs,
     ObjectFieldSelectorArgs,
     PodSpecArgs,
     PodTemplateSpecArgs,
     SecurityContextArgs,
     SELinuxOptionsArgs,
+    ServicePortArgs,
+    ServiceSpecArgs,
     TolerationArgs,
     VolumeArgs,
     VolumeMountArgs,
@@ -43,7 +48,11 @@ class Images:
     driver_manager: str
     toolkit: str
     device_plugin: str
+    gfd: str
     validator: str
+    dcgm: str
+    dcgm_exporter: str
+    mig_manager: str
     node_agent: Optional[str]
 
 
@@ -132,8 +141,17 @@ cat {consts.VALIDATIONS_DIR}/driver-ready
 """
 
 
-def wait_for_validation(image: str, ready_file: str, *, name: str = "toolkit-validation") -> ContainerArgs:
-    """The shell gate NVIDIA puts in front of every operand that needs a working container stack."""
+RUN_NVIDIA_VOLUME = host_path("run-nvidia", consts.RUN_NVIDIA, "Directory")
+
+
+def wait_for_validation(
+    image: str, ready_file: str, *, name: str = "toolkit-validation", volume: str = "run-nvidia-validations"
+) -> ContainerArgs:
+    """The shell gate NVIDIA puts in front of every operand that needs a working container stack.
+
+    `volume` is the host-path volume the asset mounts for it: `run-nvidia-validations` (the validations
+    directory) or `run-nvidia` (all of /run/nvidia, as the DCGM, GFD and MPS assets do)."""
+    path = consts.RUN_NVIDIA if volume == "run-nvidia" else consts.VALIDATIONS_DIR
     return ContainerArgs(
         name=name,
         image=image,
@@ -144,7 +162,7 @@ def wait_for_validation(image: str, ready_file: str, *, name: str = "toolkit-val
             "sleep 5; done"
         ],
         security_context=PRIVILEGED_ROOT,
-        volume_mounts=[mount("run-nvidia-validations", consts.VALIDATIONS_DIR, propagation="HostToContainer")],
+        volume_mounts=[mount(volume, path, propagation="HostToContainer")],
     )
 
 
@@ -246,6 +264,9 @@ def operand_daemonset(
     template_annotations: Optional[dict[str, str]] = None,
     extra_node_selector: Optional[dict[str, str]] = None,
     host_pid: Optional[bool] = None,
+    host_ipc: Optional[bool] = None,
+    host_network: Optional[bool] = None,
+    automount_token: Optional[bool] = None,
     runtime_class: bool = False,
     share_process_namespace: Optional[bool] = None,
     affinity: Optional[k8s.core.v1.AffinityArgs] = None,
@@ -293,6 +314,11 @@ def operand_daemonset(
                     priority_class_name=ds.priority_class_name,
                     service_account_name=service_account,
                     host_pid=host_pid,
+                    host_ipc=host_ipc,
+                    host_network=host_network,
+                    # hostNetwork pods keep cluster DNS only with this policy (applyHostNetworkConfig)
+                    dns_policy="ClusterFirstWithHostNet" if host_network else None,
+                    automount_service_account_token=automount_token,
                     share_process_namespace=share_process_namespace,
                     runtime_class_name=ops.runtime_class if runtime_class else None,
                     image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
@@ -314,3 +340,125 @@ def child_opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = 
 
 def also_after(opts: pulumi.ResourceOptions, *resources: pulumi.Resource) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(resources)))
+
+
+# --- device plugin config selection (shared by the device plugin, GFD and the MPS control daemon) ------------
+
+PLUGIN_CONFIGS_CONFIGMAP = "nvidia-device-plugin-configs"
+PLUGIN_CONFIG_FILE = "/config/config.yaml"
+AVAILABLE_CONFIGS_DIR = "/available-configs"
+DEFAULT_PLUGIN_CONFIG_KEY = "default"
+
+
+def config_manager(image: str, *, sidecar: bool, process_to_signal: str) -> ContainerArgs:
+    """NVIDIA's config-manager: copies the key named by the node's `nvidia.com/device-plugin.config` label to
+    /config/config.yaml (init) and, as a sidecar, SIGHUPs `process_to_signal` when the label changes."""
+    return ContainerArgs(
+        name="config-manager" if sidecar else "config-manager-init",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["config-manager"],
+        env=[
+            env("ONESHOT", "false" if sidecar else "true"),
+            env("KUBECONFIG", ""),
+            NODE_NAME_ENV,
+            env("NODE_LABEL", consts.DEVICE_PLUGIN_CONFIG),
+            env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
+            env("CONFIG_FILE_DST", PLUGIN_CONFIG_FILE),
+            env("DEFAULT_CONFIG", DEFAULT_PLUGIN_CONFIG_KEY),
+            env("SEND_SIGNAL", "true" if sidecar else "false"),
+            env("SIGNAL", "1" if sidecar else ""),  # SIGHUP: reload the config
+            env("PROCESS_TO_SIGNAL", process_to_signal if sidecar else ""),
+            env("FALLBACK_STRATEGIES", "empty"),
+        ],
+        security_context=PRIVILEGED if sidecar else None,
+        volume_mounts=plugin_config_mounts(),
+    )
+
+
+def plugin_config_mounts() -> list[VolumeMountArgs]:
+    return [mount("config", "/config"), mount(PLUGIN_CONFIGS_CONFIGMAP, AVAILABLE_CONFIGS_DIR)]
+
+
+def plugin_config_volumes() -> list[VolumeArgs]:
+    return [
+        VolumeArgs(name=PLUGIN_CONFIGS_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=PLUGIN_CONFIGS_CONFIGMAP)),
+        VolumeArgs(name="config", empty_dir=EmptyDirVolumeSourceArgs()),
+    ]
+
+
+def mig_env(strategy: str) -> list[EnvVarArgs]:
+    """applyMIGConfiguration: the MIG strategy for the plugin family, and MIG device health monitoring."""
+    values = [env("MIG_STRATEGY", strategy)]
+    if strategy != "none":
+        values.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+    return values
+
+
+def config_map_volume(
+    name: str,
+    *,
+    config_map: Optional[str] = None,
+    items: Optional[Sequence[tuple[str, str]]] = None,
+    mode: Optional[int] = None,
+) -> VolumeArgs:
+    """A volume of ConfigMap `config_map` (default: the volume's own name), optionally remapping keys to paths."""
+    return VolumeArgs(
+        name=name,
+        config_map=ConfigMapVolumeSourceArgs(
+            name=config_map or name,
+            default_mode=mode,
+            items=[KeyToPathArgs(key=k, path=p) for k, p in items] if items else None,
+        ),
+    )
+
+
+# --- metrics endpoints --------------------------------------------------------------------------------------
+
+
+def metrics_service(
+    name: str,
+    namespace: str,
+    *,
+    port_name: str,
+    port: int,
+    internal_traffic_policy: Optional[str] = None,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Service:
+    """The ClusterIP Service in front of an exporter DaemonSet, annotated for annotation-based scrapers too."""
+    return k8s.core.v1.Service(
+        name,
+        metadata=meta(name, namespace, {"app": name}, {"prometheus.io/scrape": "true"}),
+        spec=ServiceSpecArgs(
+            selector={"app": name},
+            internal_traffic_policy=internal_traffic_policy,
+            ports=[ServicePortArgs(name=port_name, port=port, target_port=port, protocol="TCP")],
+        ),
+        opts=opts,
+    )
+
+
+def service_monitor(
+    name: str,
+    namespace: str,
+    *,
+    port_name: str,
+    interval: str,
+    scrape_timeout: str,
+    extra_labels: dict[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource:
+    """A Prometheus Operator ServiceMonitor for `metrics_service(name, ...)`; `job` is the Service's app label."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version="monitoring.coreos.com/v1",
+        kind="ServiceMonitor",
+        metadata=meta(name, namespace, {"app": name, **extra_labels}),
+        spec={
+            "jobLabel": "app",
+            "endpoints": [{"port": port_name, "path": "/metrics", "interval": interval, "scrapeTimeout": scrape_timeout}],
+            "namespaceSelector": {"matchNames": [namespace]},
+            "selector": {"matchLabels": {"app": name}},
+        },
+        opts=opts,
+    )

@@ -18,7 +18,13 @@ IMAGES: dict[str, tuple[str, str]] = {
     "driverManager": ("nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
     "toolkit": ("nvidia/k8s/container-toolkit", "v1.20.0"),
     "devicePlugin": ("nvidia/k8s-device-plugin", "v0.20.0"),
+    # GFD ships in the device plugin's image but is versioned on its own in the operator (`gfd.version`).
+    "gfd": ("nvidia/k8s-device-plugin", "v0.20.0"),
+    # The validator image also runs the node status exporter (`nvidia-validator`, COMPONENT=metrics).
     "validator": ("nvidia/gpu-operator", OPERATOR_RELEASE),
+    "dcgm": ("nvidia/cloud-native/dcgm", "4.6.0-1-ubuntu24.04"),
+    "dcgmExporter": ("nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": ("nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
 }
 
 # The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).

@@ -129,10 +129,16 @@ class Versions(_Model):
     driver_manager: str = catalog.IMAGES["driverManager"][1]
     toolkit: str = catalog.IMAGES["toolkit"][1]
     device_plugin: str = catalog.IMAGES["devicePlugin"][1]
+    gfd: str = catalog.IMAGES["gfd"][1]
     validator: str = catalog.IMAGES["validator"][1]
+    dcgm: str = catalog.IMAGES["dcgm"][1]
+    dcgm_exporter: str = catalog.IMAGES["dcgmExporter"][1]
+    mig_manager: str = catalog.IMAGES["migManager"][1]
     nfd_chart: str = catalog.NFD_CHART_VERSION
 
-    _tags = field_validator("driver_manager", "toolkit", "device_plugin", "validator", "nfd_chart")(_image_version)
+    _tags = field_validator(
+        "driver_manager", "toolkit", "device_plugin", "gfd", "validator", "dcgm", "dcgm_exporter", "mig_manager", "nfd_chart"
+    )(_image_version)
 
     @field_validator("driver")
     @classmethod
@@ -174,7 +180,108 @@ class Toolkit(_Model):
 
 
 class DevicePlugin(_Model):
+    # The strategy of pools that do not partition their GPUs; a MIG pool's sharing.strategy sets its own.
     mig_strategy: Literal["none", "single", "mixed"] = "single"
+
+
+DCGM_FIELD = re.compile(r"^DCGM_FI_[A-Z0-9_]+$")
+
+
+class DcgmMetric(_Model):
+    field: str
+    type: Literal["gauge", "counter", "label"]
+    help: str = Field(min_length=1)
+
+    @field_validator("field")
+    @classmethod
+    def _field(cls, value: str) -> str:
+        if not DCGM_FIELD.match(value):
+            raise ValueError(f"{value!r} is not a DCGM field name such as DCGM_FI_DEV_POWER_VIOLATION")
+        return value
+
+    @field_validator("help")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if any(c in value for c in ',"\n'):
+            raise ValueError("help text must be one line without commas or quotes (it is a CSV column)")
+        return value
+
+
+class DcgmExporter(_Model):
+    # Fields added to gpu-stack's metrics CSV (components/dcgm_metrics.py), which already holds what the
+    # alerts and the dashboard read.
+    extra_metrics: list[DcgmMetric] = []
+    internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
+
+
+class MigManager(_Model):
+    # Lets the MIG manager reboot a node when a MIG mode change needs it (WITH_REBOOT).
+    with_reboot: StrictBool = False
+
+
+PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def _duration(value: str) -> str:
+    if not PROM_DURATION.match(value):
+        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 15m or 1h")
+    return value
+
+
+def _label_map(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+            raise ValueError(f"{key}={value!r} is not a valid Kubernetes label")
+    return labels
+
+
+class ServiceMonitorSettings(_Model):
+    interval: str = "15s"
+    scrape_timeout: str = "10s"
+    # Labels a Prometheus `serviceMonitorSelector` matches, e.g. release: kube-prometheus-stack.
+    additional_labels: dict[str, str] = {}
+
+    _durations = field_validator("interval", "scrape_timeout")(_duration)
+    _labels = field_validator("additional_labels")(_label_map)
+
+
+class Alerts(_Model):
+    enabled: StrictBool = True
+    gpu_temperature_warning_celsius: int = Field(default=85, ge=40, le=120)
+    gpu_temperature_critical_celsius: int = Field(default=90, ge=40, le=120)
+    framebuffer_used_percent: int = Field(default=95, ge=50, le=100)
+    utilization_percent: int = Field(default=95, ge=50, le=100)
+    utilization_for: str = "30m"
+    validator_not_ready_for: str = "15m"
+    # Labels a Prometheus `ruleSelector` matches.
+    rule_labels: dict[str, str] = {}
+
+    _durations = field_validator("utilization_for", "validator_not_ready_for")(_duration)
+    _labels = field_validator("rule_labels")(_label_map)
+
+
+class Dashboard(_Model):
+    enabled: StrictBool = True
+    # The Grafana sidecar's default discovery label.
+    labels: dict[str, str] = {"grafana_dashboard": "1"}
+    folder: Optional[str] = Field(default=None, min_length=1, max_length=120)
+
+    _labels = field_validator("labels")(_label_map)
+
+
+class Monitoring(_Model):
+    # True when the cluster serves the Prometheus Operator CRDs (monitoring.coreos.com/v1): only then are
+    # ServiceMonitors and the PrometheusRule rendered. Declared, not probed, so a preview is the same offline.
+    prometheus_operator: StrictBool = False
+    service_monitor: ServiceMonitorSettings = ServiceMonitorSettings()
+    alerts: Alerts = Alerts()
+    dashboard: Dashboard = Dashboard()
+
+    def alerts_on(self, dcgm_exporter: bool) -> bool:
+        return self.prometheus_operator and self.alerts.enabled and dcgm_exporter
+
+    def dashboard_on(self, dcgm_exporter: bool) -> bool:
+        return self.dashboard.enabled and dcgm_exporter
 
 
 class Validator(_Model):
@@ -265,11 +372,26 @@ class DaemonSets(_Model):
         return labels
 
 
+SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
+# CUDA MPS serves at most 48 client processes per GPU on Volta and later.
+MPS_MAX_REPLICAS = 48
+MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
 class Sharing(_Model):
-    strategy: Literal["none", "time-slicing"] = "none"
+    strategy: Literal["none", "time-slicing", "mps", "mig-single", "mig-mixed"] = "none"
     replicas: Optional[int] = Field(default=None, ge=2, le=64)
-    rename_by_default: StrictBool = False
-    fail_requests_greater_than_one: StrictBool = False
+    rename_by_default: Optional[StrictBool] = None
+    fail_requests_greater_than_one: Optional[StrictBool] = None
+    mig_layout: Optional[str] = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.strategy.startswith("mig-")
+
+    @property
+    def mig_strategy(self) -> Optional[str]:
+        return self.strategy[len("mig-"):] if self.is_mig else None
 
 
 class NodePool(_Model):
@@ -325,13 +447,20 @@ class NodePool(_Model):
 
 
 class Components(_Model):
-    """Per-component switches. The operator validator cannot be switched off (it is the node-level gate);
-    the driver follows `driver.mode`."""
+    """Per-component switches, defaulting as the operator's Helm chart does. The operator validator cannot be
+    switched off (it is the node-level gate); the driver follows `driver.mode`; the MPS control daemon is
+    deployed exactly when a pool shares by MPS."""
 
     nfd: StrictBool = True
     node_labeler: StrictBool = True
     toolkit: StrictBool = True
     device_plugin: StrictBool = True
+    # Standalone nv-hostengine; off means the exporter runs an embedded one.
+    dcgm: StrictBool = False
+    dcgm_exporter: StrictBool = True
+    gfd: StrictBool = True
+    mig_manager: StrictBool = True
+    node_status_exporter: StrictBool = False
 
 
 class StackConfig(_Model):
@@ -346,8 +475,21 @@ class StackConfig(_Model):
     nfd: Nfd = Nfd()
     node_agent: NodeAgent = NodeAgent()
     daemonsets: DaemonSets = DaemonSets()
+    dcgm_exporter: DcgmExporter = DcgmExporter()
+    mig_manager: MigManager = MigManager()
+    monitoring: Monitoring = Monitoring()
+    # Custom MIG layouts (name -> MIG profile -> instances per GPU), usable as nodePools[].sharing.migLayout.
+    mig_layouts: dict[str, dict[str, int]] = {}
     node_pools: list[NodePool] = Field(min_length=1)
     components: Components = Components()
+
+    @field_validator("mig_layouts")
+    @classmethod
+    def _layout_names(cls, layouts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        for name in layouts:
+            if not MIG_LAYOUT_NAME.match(name):
+                raise ValueError(f"{name!r} is not a usable layout name (a node label value: a-z, 0-9, '-', '.')")
+        return layouts
 
     @property
     def container_pools(self) -> list[NodePool]:
@@ -360,7 +502,11 @@ class StackConfig(_Model):
 
     @property
     def shared_pools(self) -> list[NodePool]:
+        """Pools whose device plugin needs a config of its own (any sharing, MIG included)."""
         return [p for p in self.node_pools if p.sharing.strategy != "none"]
+
+    def pools_sharing_by(self, *strategies: str) -> list[NodePool]:
+        return [p for p in self.node_pools if p.sharing.strategy in strategies]
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -455,6 +601,118 @@ def _translate(error: dict) -> tuple[str, str]:
     return _path(loc), _describe(error)
 
 
+def _sharing_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    """One pool's sharing block: which keys each strategy takes, and what it needs deployed."""
+    sharing = pool.sharing
+    strategy = sharing.strategy
+    where = f"{here}.sharing"
+    problems: list[tuple[str, str]] = []
+    if strategy == "none":
+        return [(f"{where}.{key}", "only allowed with a sharing.strategy other than 'none'") for key in _set_keys(sharing)]
+    if pool.workload_type != "container":
+        return [(f"{where}.strategy", f"sharing applies to container pools only, not {pool.workload_type!r}")]
+    if not cfg.components.device_plugin:
+        problems.append((f"{where}.strategy", f"{strategy} needs gpu-stack:components.devicePlugin: true"))
+    takes = {
+        "time-slicing": {"replicas", "renameByDefault", "failRequestsGreaterThanOne"},
+        "mps": {"replicas", "renameByDefault"},
+        "mig-single": {"migLayout"},
+        "mig-mixed": {"migLayout"},
+    }[strategy]
+    for key in sorted(_set_keys(sharing) - takes):
+        problems.append((f"{where}.{key}", f"not used by strategy {strategy!r}; it takes: {', '.join(sorted(takes))}"))
+    if strategy in ("time-slicing", "mps"):
+        limit = MPS_MAX_REPLICAS if strategy == "mps" else 64
+        if sharing.replicas is None:
+            problems.append((f"{where}.replicas", f"required when sharing.strategy is {strategy!r} (2..{limit})"))
+        elif sharing.replicas > limit:
+            problems.append((f"{where}.replicas", f"got {sharing.replicas}; MPS serves at most {limit} clients per GPU"))
+    if strategy == "mps" and not cfg.components.gfd:
+        problems.append(
+            (f"{where}.strategy", "mps needs gpu-stack:components.gfd: true (GFD labels nodes nvidia.com/mps.capable=true)")
+        )
+    if sharing.is_mig:
+        problems += _mig_checks(cfg, pool, here)
+    return problems
+
+
+def _set_keys(sharing: Sharing) -> set[str]:
+    fields = Sharing.model_fields
+    return {fields[name].alias or name for name in sharing.model_fields_set if name != "strategy"}
+
+
+def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    from components import mig_catalog
+
+    where = f"{here}.sharing"
+    if not pool.model.mig_capable:
+        capable = [name for name, m in catalog.GPU_MODELS.items() if m.mig_capable]
+        return [(f"{where}.strategy", f"{pool.gpu_model} has no MIG support; MIG-capable models: {', '.join(capable)}")]
+    problems: list[tuple[str, str]] = []
+    if not cfg.components.mig_manager:
+        problems.append((f"{where}.strategy", "MIG layouts are applied by the MIG manager: set gpu-stack:components.migManager: true"))
+    name = pool.sharing.mig_layout
+    if name is None:
+        fitting = mig_catalog.fitting_layouts(pool.gpu_model, cfg.mig_layouts)
+        return problems + [(f"{where}.migLayout", f"required with {pool.sharing.strategy!r}; layouts that fit {pool.gpu_model}: {', '.join(fitting)}")]
+    layout, reasons = mig_catalog.resolve_layout(pool.gpu_model, name, cfg.mig_layouts)
+    problems += [(f"{where}.migLayout", reason) for reason in reasons]
+    if layout is not None and pool.sharing.mig_strategy == "single":
+        reason = mig_catalog.single_strategy_problem(layout)
+        if reason:
+            problems.append((f"{where}.migLayout", f"{reason}; use strategy 'mig-mixed' or a single-profile layout"))
+    return problems
+
+
+def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    monitoring = cfg.monitoring
+    problems: list[tuple[str, str]] = []
+    here = f"{NAMESPACE}:monitoring"
+    alerts = monitoring.alerts
+    if alerts.gpu_temperature_warning_celsius >= alerts.gpu_temperature_critical_celsius:
+        problems.append(
+            (
+                f"{here}.alerts.gpuTemperatureWarningCelsius",
+                f"{alerts.gpu_temperature_warning_celsius} must be below gpuTemperatureCriticalCelsius "
+                f"({alerts.gpu_temperature_critical_celsius})",
+            )
+        )
+    # Defaults follow what the cluster has; only an explicit `enabled: true` that cannot be honoured is an error.
+    asked_alerts = "enabled" in alerts.model_fields_set and alerts.enabled
+    asked_dashboard = "enabled" in monitoring.dashboard.model_fields_set and monitoring.dashboard.enabled
+    if asked_alerts and not monitoring.prometheus_operator:
+        problems.append(
+            (f"{here}.alerts.enabled", "alerts are a PrometheusRule: set monitoring.prometheusOperator: true, or alerts.enabled: false")
+        )
+    if not cfg.components.dcgm_exporter:
+        for key, asked in (("alerts.enabled", asked_alerts), ("dashboard.enabled", asked_dashboard)):
+            if asked:
+                problems.append((f"{here}.{key}", "reads DCGM exporter metrics: set gpu-stack:components.dcgmExporter: true, or turn this off"))
+    from components import dcgm_metrics
+
+    builtin = {m.field for m in dcgm_metrics.DEFAULT_METRICS}
+    seen: set[str] = set()
+    for i, metric in enumerate(cfg.dcgm_exporter.extra_metrics):
+        where = f"{NAMESPACE}:dcgmExporter.extraMetrics[{i}].field"
+        if metric.field in builtin:
+            problems.append((where, f"{metric.field} is already exported by default"))
+        elif metric.field in seen:
+            problems.append((where, f"{metric.field} is listed twice"))
+        seen.add(metric.field)
+    return problems
+
+
+def _mig_layout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    used = {p.sharing.mig_layout for p in cfg.node_pools if p.sharing.is_mig}
+    problems = []
+    for name in cfg.mig_layouts:
+        if name.startswith("all-"):
+            problems.append((f"{NAMESPACE}:migLayouts.{name}", "names starting 'all-' belong to the built-in layouts; rename it"))
+        elif name not in used:
+            problems.append((f"{NAMESPACE}:migLayouts.{name}", "used by no nodePools[].sharing.migLayout; remove it or use it"))
+    return problems
+
+
 def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """Rules that span several keys; each names the key a user has to change."""
     problems: list[tuple[str, str]] = []
@@ -475,15 +733,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
             problems.append(
                 (f"{here}.nodeSelector", "an empty selector matches every GPU node, so it must be the last pool")
             )
-        if pool.sharing.strategy == "time-slicing":
-            if pool.sharing.replicas is None:
-                problems.append((f"{here}.sharing.replicas", "required when sharing.strategy is 'time-slicing' (2..64)"))
-            if not cfg.components.device_plugin:
-                problems.append((f"{here}.sharing.strategy", "time-slicing needs gpu-stack:components.devicePlugin: true"))
-        elif pool.sharing.replicas is not None:
-            problems.append((f"{here}.sharing.replicas", "only allowed with sharing.strategy 'time-slicing'"))
-        if pool.workload_type != "container" and pool.sharing.strategy != "none":
-            problems.append((f"{here}.sharing.strategy", f"sharing applies to container pools only, not {pool.workload_type!r}"))
+        problems += _sharing_checks(cfg, pool, here)
         if cfg.driver.mode == "precompiled" and pool.workload_type == "container" and pool.kernel is None:
             problems.append((f"{here}.kernel", "required with gpu-stack:driver.mode 'precompiled' (one driver image per kernel)"))
 
@@ -500,6 +750,8 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                             "so all container pools must share one OS (use driver.mode 'precompiled' per kernel)",
                         )
                     )
+    problems += _monitoring_checks(cfg)
+    problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:

@@ -12,23 +12,28 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
-from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, EmptyDirVolumeSourceArgs, VolumeArgs
+from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs
 
-from components import consts
+from components import consts, sharing
 from components._k8s import (
-    NODE_NAME_ENV,
+    DEFAULT_PLUGIN_CONFIG_KEY,
+    PLUGIN_CONFIG_FILE,
+    PLUGIN_CONFIGS_CONFIGMAP,
     PRIVILEGED,
     SOURCE_DRIVER_READY,
     SCC_USE,
     Operands,
     also_after,
     child_opts,
+    config_manager,
     env,
     host_path,
     meta,
+    mig_env,
     mount,
     operand_daemonset,
+    plugin_config_mounts,
+    plugin_config_volumes,
     rbac_set,
     rule,
     wait_for_validation,
@@ -39,10 +44,8 @@ NAME = "nvidia-device-plugin"
 DAEMONSET = "nvidia-device-plugin-daemonset"
 CONTAINER = "nvidia-device-plugin"
 ENTRYPOINT_CONFIGMAP = "nvidia-device-plugin-entrypoint"
-CONFIG_CONFIGMAP = "nvidia-device-plugin-configs"
-DEFAULT_CONFIG_KEY = "default"
-CONFIG_FILE = "/config/config.yaml"
-AVAILABLE_CONFIGS_DIR = "/available-configs"
+MPS_ROOT = "/run/nvidia/mps"
+CLUSTER_RULES = (rule([""], ["nodes"], ["get", "list", "watch"]),)
 
 # Waits for driver-ready, sources it, and turns on GDS/GDRCopy device injection when their modules are loaded
 # (the same contract as NVIDIA's entrypoint, which also never overrides a value set explicitly in env).
@@ -60,50 +63,6 @@ exec nvidia-device-plugin
 """
 
 
-def plugin_config(mig_strategy: str, pool: Optional[NodePool] = None) -> dict:
-    """One key of the config ConfigMap, in k8s-device-plugin's `version: v1` format."""
-    document: dict = {"version": "v1", "flags": {"migStrategy": mig_strategy}}
-    if pool is not None and pool.sharing.strategy == "time-slicing":
-        document["sharing"] = {
-            "timeSlicing": {
-                "renameByDefault": pool.sharing.rename_by_default,
-                "failRequestsGreaterThanOne": pool.sharing.fail_requests_greater_than_one,
-                "resources": [{"name": "nvidia.com/gpu", "replicas": pool.sharing.replicas}],
-            }
-        }
-    return document
-
-
-def plugin_configs(mig_strategy: str, shared_pools: Sequence[NodePool]) -> dict[str, str]:
-    configs = {DEFAULT_CONFIG_KEY: plugin_config(mig_strategy)}
-    configs.update({pool.name: plugin_config(mig_strategy, pool) for pool in shared_pools})
-    return {key: yaml.safe_dump(doc, sort_keys=False) for key, doc in configs.items()}
-
-
-def config_manager(image: str, *, sidecar: bool) -> ContainerArgs:
-    return ContainerArgs(
-        name="config-manager" if sidecar else "config-manager-init",
-        image=image,
-        image_pull_policy="IfNotPresent",
-        command=["config-manager"],
-        env=[
-            env("ONESHOT", "false" if sidecar else "true"),
-            env("KUBECONFIG", ""),
-            NODE_NAME_ENV,
-            env("NODE_LABEL", consts.DEVICE_PLUGIN_CONFIG),
-            env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
-            env("CONFIG_FILE_DST", CONFIG_FILE),
-            env("DEFAULT_CONFIG", DEFAULT_CONFIG_KEY),
-            env("SEND_SIGNAL", "true" if sidecar else "false"),
-            env("SIGNAL", "1" if sidecar else ""),  # SIGHUP makes the plugin reload its config
-            env("PROCESS_TO_SIGNAL", CONTAINER if sidecar else ""),
-            env("FALLBACK_STRATEGIES", "empty"),
-        ],
-        security_context=PRIVILEGED if sidecar else None,
-        volume_mounts=[mount("config", "/config"), mount(CONFIG_CONFIGMAP, AVAILABLE_CONFIGS_DIR)],
-    )
-
-
 def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[str], with_config: bool) -> list:
     device_list_strategy = "cdi-annotations,cdi-cri" if cdi else "envvar"
     values = [
@@ -113,13 +72,11 @@ def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[st
         env("DEVICE_ID_STRATEGY", "uuid"),
         env("NVIDIA_VISIBLE_DEVICES", "all"),
         env("NVIDIA_DRIVER_CAPABILITIES", "all"),
-        env("MPS_ROOT", "/run/nvidia/mps"),
+        env("MPS_ROOT", MPS_ROOT),
     ]
     if with_config:
-        values.append(env("CONFIG_FILE", CONFIG_FILE))
-    values.append(env("MIG_STRATEGY", mig_strategy))
-    if mig_strategy != "none":
-        values.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+        values.append(env("CONFIG_FILE", PLUGIN_CONFIG_FILE))
+    values += mig_env(mig_strategy)
     if cdi:
         values += [env("CDI_ENABLED", "true"), env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/")]
         if toolkit_install_dir:
@@ -144,7 +101,7 @@ class DevicePlugin(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:DevicePlugin", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch"])], opts=child)
+        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         entrypoint = k8s.core.v1.ConfigMap(
             ENTRYPOINT_CONFIGMAP,
             metadata=meta(ENTRYPOINT_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
@@ -154,9 +111,9 @@ class DevicePlugin(pulumi.ComponentResource):
         with_config = bool(shared_pools)
         self.config_map = (
             k8s.core.v1.ConfigMap(
-                CONFIG_CONFIGMAP,
-                metadata=meta(CONFIG_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
-                data=plugin_configs(mig_strategy, shared_pools),
+                PLUGIN_CONFIGS_CONFIGMAP,
+                metadata=meta(PLUGIN_CONFIGS_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
+                data=sharing.plugin_configs(mig_strategy, shared_pools),
                 opts=child,
             )
             if with_config
@@ -179,19 +136,16 @@ class DevicePlugin(pulumi.ComponentResource):
             host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
             host_path("host-root", "/"),
             host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
-            host_path("mps-root", "/run/nvidia/mps", "DirectoryOrCreate"),
-            host_path("mps-shm", "/run/nvidia/mps/shm"),
+            host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
+            host_path("mps-shm", f"{MPS_ROOT}/shm"),
         ]
         init = [wait_for_validation(ops.images.validator, "toolkit-ready")]
         sidecars: list[ContainerArgs] = []
         if with_config:
-            plugin_mounts += [mount("config", "/config"), mount(CONFIG_CONFIGMAP, AVAILABLE_CONFIGS_DIR)]
-            volumes += [
-                VolumeArgs(name=CONFIG_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=CONFIG_CONFIGMAP)),
-                VolumeArgs(name="config", empty_dir=EmptyDirVolumeSourceArgs()),
-            ]
-            init.append(config_manager(ops.images.device_plugin, sidecar=False))
-            sidecars.append(config_manager(ops.images.device_plugin, sidecar=True))
+            plugin_mounts += plugin_config_mounts()
+            volumes += plugin_config_volumes()
+            init.append(config_manager(ops.images.device_plugin, sidecar=False, process_to_signal=CONTAINER))
+            sidecars.append(config_manager(ops.images.device_plugin, sidecar=True, process_to_signal=CONTAINER))
         plugin = ContainerArgs(
             name=CONTAINER,
             image=ops.images.device_plugin,
@@ -221,5 +175,5 @@ class DevicePlugin(pulumi.ComponentResource):
             volumes=volumes,
             opts=also_after(child, *after),
         )
-        config_keys = sorted([DEFAULT_CONFIG_KEY, *(p.name for p in shared_pools)]) if with_config else []
+        config_keys = sorted([DEFAULT_PLUGIN_CONFIG_KEY, *(p.name for p in shared_pools)]) if with_config else []
         self.register_outputs({"daemonset": DAEMONSET, "configs": config_keys})

@@ -30,16 +30,14 @@ from pulumi_kubernetes.core.v1 import (
 
 from components import consts
 from components._k8s import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset, rbac_set, rule
+from components import sharing
 from components.config import NodePool
-from components.device_plugin import DEFAULT_CONFIG_KEY
 
 NAME = "gpu-stack-node-labeler"
 CONFIGMAP = "gpu-stack-node-pools"
 CONFIG_KEY = "node-pools.json"
 CONFIG_DIR = "/etc/gpu-stack"
 CONFIG_VERSION = 1
-# The operator defaults MIG-capable nodes to an explicit "MIG off" layout (fact sheet §6.4).
-DEFAULT_MIG_CONFIG = "all-disabled"
 
 AGENT_SECURITY = SecurityContextArgs(
     run_as_non_root=True,
@@ -61,9 +59,10 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str
     labels = {consts.WORKLOAD_CONFIG: pool.workload_type}
     if pool.workload_type == "container":
         if device_plugin_configs:
-            labels[consts.DEVICE_PLUGIN_CONFIG] = pool.name if pool.sharing.strategy != "none" else DEFAULT_CONFIG_KEY
-        if pool.model.mig_capable:
-            labels[consts.MIG_CONFIG] = DEFAULT_MIG_CONFIG
+            labels[consts.DEVICE_PLUGIN_CONFIG] = sharing.config_key(pool)
+        mig_layout = sharing.mig_config_label(pool)
+        if mig_layout is not None:
+            labels[consts.MIG_CONFIG] = mig_layout
     return labels
 
 

@@ -7,6 +7,9 @@ the validator init containers and the files under /run/nvidia/validations, where
 
 Three entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
 NodeLabelingReconciler) and the stack validation gate (what `kubectl get clusterpolicy` status would say).
+One moves: the operator's second state, `state-operator-metrics`, becomes `stack-monitoring` near the end,
+because its objects need the Prometheus Operator's CRDs and must not hold up the GPU operands where those
+are missing.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ STATE_ORDER: tuple[State, ...] = (
     State("state-container-toolkit", "assets/state-container-toolkit", "toolkit"),
     State("state-operator-validation", "assets/state-operator-validation", "validator"),
     State("state-device-plugin", "assets/state-device-plugin", "device_plugin"),
+    State("state-mps-control-daemon", "assets/state-mps-control-daemon", "mps"),
+    State("state-dcgm", "assets/state-dcgm", "dcgm"),
+    State("state-dcgm-exporter", "assets/state-dcgm-exporter", "dcgm_exporter"),
+    State("gpu-feature-discovery", "assets/gpu-feature-discovery", "gfd"),
+    State("state-mig-manager", "assets/state-mig-manager", "mig_manager"),
+    State("state-node-status-exporter", "assets/state-node-status-exporter", "node_status_exporter"),
+    State("stack-monitoring", "assets/state-operator-metrics (no operator process: rules over the operands' metrics)", "monitoring"),
     State("stack-validation", "ClusterPolicy status (validator Ready on every GPU node)", "validation_gate"),
 )
 

@@ -14,9 +14,17 @@ import pulumi_kubernetes as k8s
 
 from components import catalog
 from components._k8s import Images, Operands, image_ref
-from components.config import StackConfig
+from components.config import ServiceMonitorSettings, StackConfig
+from components import dcgm_metrics, sharing
+from components.dcgm import REMOTE_HOSTENGINE, Dcgm
+from components.dcgm_exporter import DcgmExporter
 from components.device_plugin import DevicePlugin
 from components.driver import Driver, managed_target, precompiled_targets
+from components.gfd import GpuFeatureDiscovery
+from components.mig_manager import MigManager
+from components.monitoring import StackMonitoring
+from components.mps import MpsControlDaemon
+from components.node_status_exporter import NodeStatusExporter
 from components.nfd import NodeFeatureDiscovery
 from components.node_labeler import NodeLabeler
 from components.order import STATE_ORDER
@@ -53,7 +61,11 @@ def resolve_images(cfg: StackConfig) -> Images:
         driver_manager=ref("driverManager", versions.driver_manager),
         toolkit=ref("toolkit", versions.toolkit),
         device_plugin=ref("devicePlugin", versions.device_plugin),
+        gfd=ref("gfd", versions.gfd),
         validator=ref("validator", versions.validator),
+        dcgm=ref("dcgm", versions.dcgm),
+        dcgm_exporter=ref("dcgmExporter", versions.dcgm_exporter),
+        mig_manager=ref("migManager", versions.mig_manager),
         node_agent=cfg.node_agent.image,
     )
 
@@ -84,6 +96,7 @@ class GpuStack(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-stack:index:GpuStack", name, None, opts)
         self._cfg = cfg
+        self._stack = pulumi.get_stack()
         self._ops = operands(cfg)
         self.states = {}
         builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
@@ -94,6 +107,13 @@ class GpuStack(pulumi.ComponentResource):
             "state-container-toolkit": self._toolkit,
             "state-operator-validation": self._validator,
             "state-device-plugin": self._device_plugin,
+            "state-mps-control-daemon": self._mps,
+            "state-dcgm": self._dcgm,
+            "state-dcgm-exporter": self._dcgm_exporter,
+            "gpu-feature-discovery": self._gfd,
+            "state-mig-manager": self._mig_manager,
+            "state-node-status-exporter": self._node_status_exporter,
+            "stack-monitoring": self._monitoring,
             "stack-validation": self._validation_gate,
         }
         previous: list[pulumi.Resource] = []
@@ -102,7 +122,8 @@ class GpuStack(pulumi.ComponentResource):
             if component is not None:
                 self.states[state.name] = component
                 previous = [component]
-        self.register_outputs({"states": list(self.states)})
+        self.gpu_resources = sharing.resources_by_pool(cfg.node_pools, cfg.device_plugin.mig_strategy, cfg.mig_layouts)
+        self.register_outputs({"states": list(self.states), "gpuResources": self.gpu_resources})
 
     def _opts(self) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self)
@@ -196,6 +217,103 @@ class GpuStack(pulumi.ComponentResource):
             mig_strategy=cfg.device_plugin.mig_strategy,
             shared_pools=cfg.shared_pools,
             toolkit_enabled=cfg.components.toolkit,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _plugin_configs(self) -> Optional[k8s.core.v1.ConfigMap]:
+        plugin = self.states.get("state-device-plugin")
+        return plugin.config_map if isinstance(plugin, DevicePlugin) else None
+
+    def _service_monitors(self) -> Optional[ServiceMonitorSettings]:
+        monitoring = self._cfg.monitoring
+        return monitoring.service_monitor if monitoring.prometheus_operator else None
+
+    def _mps(self, after: list[pulumi.Resource]) -> Optional[MpsControlDaemon]:
+        configs = self._plugin_configs()
+        if configs is None or not self._cfg.pools_sharing_by("mps"):
+            return None
+        return MpsControlDaemon(
+            "state-mps-control-daemon",
+            ops=self._ops,
+            mig_strategy=self._cfg.device_plugin.mig_strategy,
+            plugin_configs=configs,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _dcgm(self, after: list[pulumi.Resource]) -> Optional[Dcgm]:
+        if not self._cfg.components.dcgm:
+            return None
+        return Dcgm("state-dcgm", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _dcgm_exporter(self, after: list[pulumi.Resource]) -> Optional[DcgmExporter]:
+        cfg = self._cfg
+        if not cfg.components.dcgm_exporter:
+            return None
+        extra = tuple(dcgm_metrics.Metric(m.field, m.type, m.help) for m in cfg.dcgm_exporter.extra_metrics)
+        return DcgmExporter(
+            "state-dcgm-exporter",
+            ops=self._ops,
+            metrics=dcgm_metrics.DEFAULT_METRICS + extra,
+            remote_hostengine=REMOTE_HOSTENGINE if cfg.components.dcgm else None,
+            internal_traffic_policy=cfg.dcgm_exporter.internal_traffic_policy,
+            service_monitor_settings=self._service_monitors(),
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _gfd(self, after: list[pulumi.Resource]) -> Optional[GpuFeatureDiscovery]:
+        if not self._cfg.components.gfd:
+            return None
+        return GpuFeatureDiscovery(
+            "gpu-feature-discovery",
+            ops=self._ops,
+            mig_strategy=self._cfg.device_plugin.mig_strategy,
+            plugin_configs=self._plugin_configs(),
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _mig_manager(self, after: list[pulumi.Resource]) -> Optional[MigManager]:
+        cfg = self._cfg
+        if not cfg.components.mig_manager or not any(p.model.mig_capable for p in cfg.container_pools):
+            return None
+        return MigManager(
+            "state-mig-manager",
+            ops=self._ops,
+            custom_layouts=sharing.mig_parted_layouts(cfg.node_pools, cfg.mig_layouts),
+            with_reboot=cfg.mig_manager.with_reboot,
+            toolkit_enabled=cfg.components.toolkit,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _node_status_exporter(self, after: list[pulumi.Resource]) -> Optional[NodeStatusExporter]:
+        if not self._cfg.components.node_status_exporter:
+            return None
+        return NodeStatusExporter(
+            "state-node-status-exporter",
+            ops=self._ops,
+            service_monitor_settings=self._service_monitors(),
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _monitoring(self, after: list[pulumi.Resource]) -> Optional[StackMonitoring]:
+        monitoring = self._cfg.monitoring
+        exporter = self._cfg.components.dcgm_exporter
+        dashboard = monitoring.dashboard_on(exporter)
+        if not (monitoring.prometheus_operator or dashboard):
+            return None
+        return StackMonitoring(
+            "stack-monitoring",
+            namespace=self._ops.namespace,
+            settings=monitoring,
+            alerts=monitoring.alerts_on(exporter),
+            dashboard=dashboard,
+            stack=self._stack,
+            config_digest=stack_digest(self._cfg),
             depends_on=after,
             opts=self._opts(),
         )

@@ -33,7 +33,7 @@ def labels_after(node: dict, config: dict) -> dict[str, str]:
 
 
 def test_rendered_config_is_accepted_by_the_agent():
-    for stack in ("dev", "prod-managed", "onprem-host-driver"):
+    for stack in ("dev", "prod-managed", "onprem-host-driver", "a100-mig"):
         parse_config(agent_config(stack))
 
 
@@ -60,6 +60,30 @@ def test_run_time_values_of_the_driver_manager_survive():
 
 
 def test_no_plugin_config_label_when_no_pool_shares():
-    labels = labels_after(gpu_node({"dc2.corp/gpu": "l40s"}), agent_config("onprem-host-driver"))
+    labels = labels_after(gpu_node({"gpu-stack.dev/pool": "dev-gpu"}), agent_config("dev"))
     assert "nvidia.com/device-plugin.config" not in labels
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+
+
+def test_mig_pool_nodes_select_their_layout_and_their_plugin_config():
+    config = agent_config("a100-mig")
+    a100 = labels_after(gpu_node({"node.kubernetes.io/instance-type": "p4de.24xlarge"}), config)
+    assert a100["nvidia.com/mig.config"] == "all-balanced"
+    assert a100["nvidia.com/device-plugin.config"] == "a100-mig"
+    assert a100["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    assert a100["gpu-stack/pool"] == "a100-mig"
+
+
+def test_mig_capable_pool_that_time_slices_keeps_mig_off():
+    h100 = labels_after(gpu_node({"node.kubernetes.io/instance-type": "p5.48xlarge"}), agent_config("a100-mig"))
+    assert h100["nvidia.com/mig.config"] == "all-disabled"
+    assert h100["nvidia.com/device-plugin.config"] == "h100-shared"
+
+
+def test_custom_layout_and_mps_pools_on_prem():
+    config = agent_config("onprem-host-driver")
+    a100 = labels_after(gpu_node({"dc2.corp/gpu": "a100"}), config)
+    assert a100["nvidia.com/mig.config"] == "three-2g"
+    l40s = labels_after(gpu_node({"dc2.corp/gpu": "l40s"}), config)
+    assert l40s["nvidia.com/device-plugin.config"] == "l40s"
+    assert "nvidia.com/mig.config" not in l40s  # L40S has no MIG

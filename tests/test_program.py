@@ -284,7 +284,7 @@ def test_device_plugin_config_only_when_a_pool_shares():
     assert set(configs) == {"default", "inference-l4"}
     assert "replicas: 4" in configs["inference-l4"] and "sharing" not in configs["default"]
 
-    plain = objects(render_stack("onprem-host-driver"), "DaemonSet")["nvidia-device-plugin-daemonset"]
+    plain = objects(render_stack("dev"), "DaemonSet")["nvidia-device-plugin-daemonset"]
     assert [c["name"] for c in plain["spec"]["template"]["spec"]["containers"]] == ["nvidia-device-plugin"]
     assert "shareProcessNamespace" not in plain["spec"]["template"]["spec"]
 
