@@ -62,6 +62,33 @@ def test_each_daemonset_is_parented_to_its_state_and_depends_on_the_previous_sta
         assert previous_state in parents_of_deps
 
 
+@pytest.mark.parametrize(
+    "stack,chain",
+    [
+        (
+            "prod-managed",
+            ["nvidia-device-plugin-daemonset", "nvidia-dcgm-exporter", "gpu-feature-discovery", "nvidia-mig-manager"],
+        ),
+        ("a100-mig", ["nvidia-device-plugin-daemonset", "nvidia-dcgm", "nvidia-dcgm-exporter", "gpu-feature-discovery"]),
+        (
+            "onprem-host-driver",
+            [
+                "nvidia-device-plugin-daemonset",
+                "nvidia-device-plugin-mps-control-daemon",
+                "nvidia-dcgm-exporter",
+                "gpu-feature-discovery",
+                "nvidia-mig-manager",
+                "nvidia-node-status-exporter",
+            ],
+        ),
+    ],
+)
+def test_later_states_follow_the_operator_order_daemonset_to_daemonset(stack, chain):
+    recording = render_stack(stack)
+    for previous, name in zip(chain[:-1], chain[1:], strict=True):
+        assert previous in dependency_names(recording, daemonset(recording, name)), (name, previous)
+
+
 def test_daemonsets_wait_for_their_own_rbac_and_configmaps():
     recording = render_stack("prod-managed")
     plugin = dependency_names(recording, daemonset(recording, "nvidia-device-plugin-daemonset"))
