@@ -75,6 +75,7 @@ KUBERNETES_CLASSES: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "Service"): k8s.core.v1.Service,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("node.k8s.io/v1", "RuntimeClass"): k8s.node.v1.RuntimeClass,
@@ -179,9 +180,13 @@ def floor_resources(recording: Recording) -> list[FloorResource]:
         provider = r.provider.rpartition("::")[0] if r.provider else ""
         if r.is_kubernetes_object:
             manifest = kubernetes_object(r)
-            cls = KUBERNETES_CLASSES[(manifest["apiVersion"], manifest["kind"])]
-            kwargs = _keyword_args(manifest, frozenset({"apiVersion", "kind"}))
-            built.append(FloorResource(r.urn, r.name, r.parent, provider, cls, kwargs))
+            key = (manifest["apiVersion"], manifest["kind"])
+            if key in KUBERNETES_CLASSES:
+                kwargs = _keyword_args(manifest, frozenset({"apiVersion", "kind"}))
+                built.append(FloorResource(r.urn, r.name, r.parent, provider, KUBERNETES_CLASSES[key], kwargs))
+            else:  # a CRD's kind (ServiceMonitor, PrometheusRule): the generic CustomResource, as the program uses
+                kwargs = {"api_version": key[0], "kind": key[1], **_keyword_args(manifest, frozenset({"apiVersion", "kind"}))}
+                built.append(FloorResource(r.urn, r.name, r.parent, provider, k8s.apiextensions.CustomResource, kwargs))
         elif r.type == PROVIDER_TYPE:
             built.append(FloorResource(r.urn, r.name, r.parent, "", k8s.Provider, _keyword_args(integral(r.inputs))))
         elif r.type == HELM_RELEASE_TYPE:
