@@ -35,7 +35,7 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs, RoleRefArgs, SubjectArgs
 
 from components import consts
-from components.config import DaemonSets
+from components.config import DaemonSets, ServiceMonitorSettings
 
 # --- images -------------------------------------------------------------------------------------------------
 
@@ -416,17 +416,19 @@ def config_map_volume(
 # --- metrics endpoints --------------------------------------------------------------------------------------
 
 
-def metrics_service(
+def metrics_endpoint(
     name: str,
     namespace: str,
     *,
     port_name: str,
     port: int,
+    monitor: Optional[ServiceMonitorSettings],
     internal_traffic_policy: Optional[str] = None,
     opts: pulumi.ResourceOptions,
 ) -> k8s.core.v1.Service:
-    """The ClusterIP Service in front of an exporter DaemonSet, annotated for annotation-based scrapers too."""
-    return k8s.core.v1.Service(
+    """The ClusterIP Service in front of an exporter DaemonSet (annotated for annotation-based scrapers too)
+    and, where the cluster has the Prometheus Operator, its ServiceMonitor; `job` is the Service's app label."""
+    service = k8s.core.v1.Service(
         name,
         metadata=meta(name, namespace, {"app": name}, {"prometheus.io/scrape": "true"}),
         spec=ServiceSpecArgs(
@@ -436,29 +438,20 @@ def metrics_service(
         ),
         opts=opts,
     )
-
-
-def service_monitor(
-    name: str,
-    namespace: str,
-    *,
-    port_name: str,
-    interval: str,
-    scrape_timeout: str,
-    extra_labels: dict[str, str],
-    opts: pulumi.ResourceOptions,
-) -> k8s.apiextensions.CustomResource:
-    """A Prometheus Operator ServiceMonitor for `metrics_service(name, ...)`; `job` is the Service's app label."""
-    return k8s.apiextensions.CustomResource(
-        name,
-        api_version="monitoring.coreos.com/v1",
-        kind="ServiceMonitor",
-        metadata=meta(name, namespace, {"app": name, **extra_labels}),
-        spec={
-            "jobLabel": "app",
-            "endpoints": [{"port": port_name, "path": "/metrics", "interval": interval, "scrapeTimeout": scrape_timeout}],
-            "namespaceSelector": {"matchNames": [namespace]},
-            "selector": {"matchLabels": {"app": name}},
-        },
-        opts=opts,
-    )
+    if monitor is not None:
+        k8s.apiextensions.CustomResource(
+            name,
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=meta(name, namespace, {"app": name, **monitor.additional_labels}),
+            spec={
+                "jobLabel": "app",
+                "endpoints": [
+                    {"port": port_name, "path": "/metrics", "interval": monitor.interval, "scrapeTimeout": monitor.scrape_timeout}
+                ],
+                "namespaceSelector": {"matchNames": [namespace]},
+                "selector": {"matchLabels": {"app": name}},
+            },
+            opts=also_after(opts, service),
+        )
+    return service

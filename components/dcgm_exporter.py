@@ -27,12 +27,11 @@ from components._k8s import (
     env,
     host_path,
     meta,
-    metrics_service,
+    metrics_endpoint,
     mount,
     operand_daemonset,
     rbac_set,
     rule,
-    service_monitor,
     wait_for_validation,
 )
 from components.config import ServiceMonitorSettings
@@ -121,18 +120,14 @@ class DcgmExporter(pulumi.ComponentResource):
             ],
             opts=also_after(child, *rbac.resources, metrics_config),
         )
-        self.service = metrics_service(
-            NAME, ops.namespace, port_name=PORT_NAME, port=PORT, internal_traffic_policy=internal_traffic_policy, opts=child
+        self.service = metrics_endpoint(
+            NAME,
+            ops.namespace,
+            port_name=PORT_NAME,
+            port=PORT,
+            monitor=service_monitor_settings,
+            internal_traffic_policy=internal_traffic_policy,
+            opts=child,
         )
-        if service_monitor_settings is not None:
-            service_monitor(
-                NAME,
-                ops.namespace,
-                port_name=PORT_NAME,
-                interval=service_monitor_settings.interval,
-                scrape_timeout=service_monitor_settings.scrape_timeout,
-                extra_labels=service_monitor_settings.additional_labels,
-                opts=also_after(child, self.service),
-            )
         self.register_outputs({"daemonset": NAME, "service": NAME, "metrics": [m.field for m in self.metrics]})
 

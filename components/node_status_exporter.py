@@ -25,12 +25,11 @@ from components._k8s import (
     child_opts,
     env,
     host_path,
-    metrics_service,
+    metrics_endpoint,
     mount,
     operand_daemonset,
     rbac_set,
     rule,
-    service_monitor,
 )
 from components.config import ServiceMonitorSettings
 
@@ -91,15 +90,12 @@ class NodeStatusExporter(pulumi.ComponentResource):
             volumes=[RUN_NVIDIA_VOLUME, host_path("host-root", "/")],
             opts=also_after(child, *rbac.resources),
         )
-        self.service = metrics_service(NAME, ops.namespace, port_name=PORT_NAME, port=PORT, opts=child)
-        if service_monitor_settings is not None:
-            service_monitor(
-                NAME,
-                ops.namespace,
-                port_name=PORT_NAME,
-                interval=service_monitor_settings.interval,
-                scrape_timeout=service_monitor_settings.scrape_timeout,
-                extra_labels=service_monitor_settings.additional_labels,
-                opts=also_after(child, self.service),
-            )
+        self.service = metrics_endpoint(
+            NAME,
+            ops.namespace,
+            port_name=PORT_NAME,
+            port=PORT,
+            monitor=service_monitor_settings,
+            opts=child,
+        )
         self.register_outputs({"daemonset": NAME, "service": NAME})
