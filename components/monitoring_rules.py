@@ -24,7 +24,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import promql_parser
 
 VALIDATOR = "nvidia-operator-validator"
 VALIDATOR_POD_REGEX = f"{VALIDATOR}-.+"
@@ -489,41 +488,3 @@ def substitute_grafana_variables(expr: str) -> str:
         return f"sample-{name}"
 
     return _GRAFANA_VARIABLE.sub(value, expr)
-
-
-def _children(node: Any) -> list[Any]:
-    if isinstance(node, promql_parser.BinaryExpr):
-        return [node.lhs, node.rhs]
-    if isinstance(node, promql_parser.AggregateExpr):
-        return [node.expr] + ([node.param] if node.param is not None else [])
-    if isinstance(node, promql_parser.Call):
-        return list(node.args)
-    if isinstance(node, (promql_parser.ParenExpr, promql_parser.UnaryExpr, promql_parser.SubqueryExpr)):
-        return [node.expr]
-    if isinstance(node, promql_parser.MatrixSelector):
-        return [node.vector_selector]
-    return []
-
-
-def _selector_names(selector: Any) -> set[str]:
-    if selector.name:
-        return {selector.name}
-    matchers = list(selector.matchers.matchers)
-    for group in selector.matchers.or_matchers or []:
-        matchers.extend(group)
-    return {m.value for m in matchers if m.name == "__name__" and m.op == promql_parser.MatchOp.Equal}
-
-
-def promql_metric_names(expr: str) -> set[str]:
-    """Metric names of every vector/matrix selector in `expr` (ValueError from the parser if it is not PromQL).
-
-    Only names given literally (`foo{...}` or `{__name__="foo"}`) count; a regex `__name__` matcher names none.
-    """
-    names: set[str] = set()
-    stack = [promql_parser.parse(expr)]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, promql_parser.VectorSelector):
-            names |= _selector_names(node)
-        stack.extend(_children(node))
-    return names

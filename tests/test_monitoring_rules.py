@@ -21,10 +21,10 @@ from components.monitoring_rules import (
     AlertThresholds,
     alert_groups,
     dashboard,
-    promql_metric_names,
     recording_groups,
     substitute_grafana_variables,
 )
+from gpustack.promql import promql_metric_names
 from gpustack import schema
 from gpustack.crd_schemas import crd_validator
 
