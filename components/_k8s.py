@@ -387,8 +387,13 @@ def plugin_config_volumes() -> list[VolumeArgs]:
     ]
 
 
-def mig_env(strategy: str) -> list[EnvVarArgs]:
-    """applyMIGConfiguration: the MIG strategy for the plugin family, and MIG device health monitoring."""
+def mig_env(strategy: Optional[str]) -> list[EnvVarArgs]:
+    """applyMIGConfiguration for the plugin family. `None` when a per-pool config file sets the strategy: the
+    plugin, GFD and the MPS daemon let an env var override the file (k8s-device-plugin `updateFromCLIFlag`
+    applies any flag that is set, and MIG_STRATEGY sets one), so the env must stay unset for the file to count.
+    MIG device health is monitored either way, as the operator does when it leaves the strategy to the plugin."""
+    if strategy is None:
+        return [env("NVIDIA_MIG_MONITOR_DEVICES", "all")]
     values = [env("MIG_STRATEGY", strategy)]
     if strategy != "none":
         values.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
@@ -430,7 +435,7 @@ def metrics_endpoint(
     and, where the cluster has the Prometheus Operator, its ServiceMonitor; `job` is the Service's app label."""
     service = k8s.core.v1.Service(
         name,
-        metadata=meta(name, namespace, {"app": name}, {"prometheus.io/scrape": "true"}),
+        metadata=meta(name, namespace, {"app": name}, {"prometheus.io/scrape": "true", "prometheus.io/port": str(port)}),
         spec=ServiceSpecArgs(
             selector={"app": name},
             internal_traffic_policy=internal_traffic_policy,

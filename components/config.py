@@ -16,12 +16,12 @@ import json
 import re
 from typing import Any, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from components import catalog
+from components import catalog, dcgm_metrics, mig_catalog
 
 NAMESPACE = "gpu-stack"
 
@@ -219,12 +219,21 @@ class MigManager(_Model):
     with_reboot: StrictBool = False
 
 
-PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+# Prometheus' own duration grammar: units from largest to smallest, each at most once.
+PROM_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION_UNITS_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1_000, 1)
+
+
+def duration_ms(value: str) -> int:
+    match = PROM_DURATION.match(value)
+    if not value or not match:
+        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 15m or 1h30m")
+    return sum(int(n) * unit for n, unit in zip(match.groups(), _DURATION_UNITS_MS, strict=True) if n)
 
 
 def _duration(value: str) -> str:
-    if not PROM_DURATION.match(value):
-        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 15m or 1h")
+    if duration_ms(value) == 0:
+        raise ValueError(f"{value!r} is zero; give a positive duration such as 30s")
     return value
 
 
@@ -243,6 +252,12 @@ class ServiceMonitorSettings(_Model):
 
     _durations = field_validator("interval", "scrape_timeout")(_duration)
     _labels = field_validator("additional_labels")(_label_map)
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> "ServiceMonitorSettings":
+        if duration_ms(self.scrape_timeout) > duration_ms(self.interval):
+            raise ValueError(f"scrapeTimeout {self.scrape_timeout} is longer than interval {self.interval}; Prometheus refuses that")
+        return self
 
 
 class Alerts(_Model):
@@ -642,8 +657,6 @@ def _set_keys(sharing: Sharing) -> set[str]:
 
 
 def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
-    from components import mig_catalog
-
     where = f"{here}.sharing"
     if not pool.model.mig_capable:
         capable = [name for name, m in catalog.GPU_MODELS.items() if m.mig_capable]
@@ -653,15 +666,38 @@ def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
         problems.append((f"{where}.strategy", "MIG layouts are applied by the MIG manager: set gpu-stack:components.migManager: true"))
     name = pool.sharing.mig_layout
     if name is None:
-        fitting = mig_catalog.fitting_layouts(pool.gpu_model, cfg.mig_layouts)
-        return problems + [(f"{where}.migLayout", f"required with {pool.sharing.strategy!r}; layouts that fit {pool.gpu_model}: {', '.join(fitting)}")]
+        usable = _usable_layouts(pool, cfg.mig_layouts)
+        return problems + [(f"{where}.migLayout", f"required with {pool.sharing.strategy!r}; usable layouts for {pool.gpu_model}: {', '.join(usable)}")]
     layout, reasons = mig_catalog.resolve_layout(pool.gpu_model, name, cfg.mig_layouts)
     problems += [(f"{where}.migLayout", reason) for reason in reasons]
-    if layout is not None and pool.sharing.mig_strategy == "single":
+    if layout is None:
+        return problems
+    if not layout.devices:
+        problems.append(
+            (
+                f"{where}.migLayout",
+                f"{name!r} creates no MIG devices, so the pool would offer nothing to request; pick a layout with MIG "
+                f"devices ({', '.join(_usable_layouts(pool, cfg.mig_layouts))}) or sharing.strategy 'none' for whole GPUs",
+            )
+        )
+    elif pool.sharing.mig_strategy == "single":
         reason = mig_catalog.single_strategy_problem(layout)
         if reason:
-            problems.append((f"{where}.migLayout", f"{reason}; use strategy 'mig-mixed' or a single-profile layout"))
+            problems.append((f"{where}.migLayout", reason))
     return problems
+
+
+def _usable_layouts(pool: NodePool, custom: dict[str, dict[str, int]]) -> list[str]:
+    """Layouts that fit the pool's GPU, create MIG devices, and suit the pool's MIG strategy."""
+    usable = []
+    for name in mig_catalog.fitting_layouts(pool.gpu_model, custom):
+        layout, _ = mig_catalog.resolve_layout(pool.gpu_model, name, custom)
+        if layout is None or not layout.devices:
+            continue
+        if pool.sharing.mig_strategy == "single" and mig_catalog.single_strategy_problem(layout):
+            continue
+        usable.append(name)
+    return usable
 
 
 def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
@@ -688,8 +724,6 @@ def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         for key, asked in (("alerts.enabled", asked_alerts), ("dashboard.enabled", asked_dashboard)):
             if asked:
                 problems.append((f"{here}.{key}", "reads DCGM exporter metrics: set gpu-stack:components.dcgmExporter: true, or turn this off"))
-    from components import dcgm_metrics
-
     builtin = {m.field for m in dcgm_metrics.DEFAULT_METRICS}
     seen: set[str] = set()
     for i, metric in enumerate(cfg.dcgm_exporter.extra_metrics):

@@ -76,7 +76,7 @@ def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[st
     ]
     if with_config:
         values.append(env("CONFIG_FILE", PLUGIN_CONFIG_FILE))
-    values += mig_env(mig_strategy)
+    values += mig_env(None if with_config else mig_strategy)
     if cdi:
         values += [env("CDI_ENABLED", "true"), env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/")]
         if toolkit_install_dir:

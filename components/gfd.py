@@ -62,7 +62,7 @@ def gfd_env(mig_strategy: str, *, with_config: bool) -> list:
     ]
     if with_config:
         values.append(env("CONFIG_FILE", PLUGIN_CONFIG_FILE))
-    return values + mig_env(mig_strategy)
+    return values + mig_env(None if with_config else mig_strategy)
 
 
 class GpuFeatureDiscovery(pulumi.ComponentResource):

@@ -56,7 +56,6 @@ class MpsControlDaemon(pulumi.ComponentResource):
         name: str,
         *,
         ops: Operands,
-        mig_strategy: str,
         plugin_configs: k8s.core.v1.ConfigMap,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
@@ -83,7 +82,8 @@ class MpsControlDaemon(pulumi.ComponentResource):
                 env("NVIDIA_VISIBLE_DEVICES", "all"),
                 env("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
                 env("CONFIG_FILE", PLUGIN_CONFIG_FILE),
-                *mig_env(mig_strategy),
+                # the per-pool config file always carries the strategy here
+                *mig_env(None),
             ],
             security_context=PRIVILEGED,
             volume_mounts=[mount("mps-shm", "/dev/shm"), mount("mps-root", "/mps"), *plugin_config_mounts()],

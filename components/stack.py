@@ -236,7 +236,6 @@ class GpuStack(pulumi.ComponentResource):
         return MpsControlDaemon(
             "state-mps-control-daemon",
             ops=self._ops,
-            mig_strategy=self._cfg.device_plugin.mig_strategy,
             plugin_configs=configs,
             depends_on=after,
             opts=self._opts(),

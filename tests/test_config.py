@@ -136,10 +136,15 @@ BAD = [
     ("replicas without sharing", setter(P, 0, "sharing", value={"replicas": 2}), "gpu-stack:nodePools[0].sharing.replicas", "other than 'none'"),
     ("layout with time-slicing", setter(P, 1, "sharing", "migLayout", value="all-balanced"), "gpu-stack:nodePools[1].sharing.migLayout", "not used by strategy 'time-slicing'"),
     ("mig on a GPU without MIG", setter(P, 1, "sharing", value={"strategy": "mig-mixed", "migLayout": "all-balanced"}), "gpu-stack:nodePools[1].sharing.strategy", "L4 has no MIG support; MIG-capable models: A30"),
-    ("mig layout missing", setter(P, 0, "sharing", value={"strategy": "mig-mixed"}), "gpu-stack:nodePools[0].sharing.migLayout", "layouts that fit A100-80GB: all-1g.10gb"),
+    ("mig layout missing", setter(P, 0, "sharing", value={"strategy": "mig-mixed"}), "gpu-stack:nodePools[0].sharing.migLayout", "usable layouts for A100-80GB: all-1g.10gb"),
     ("mig layout unknown", setter(P, 0, "sharing", value={"strategy": "mig-mixed", "migLayout": "all-1g.5gb"}), "gpu-stack:nodePools[0].sharing.migLayout", "layouts that fit A100-80GB"),
     ("mig replicas", setter(P, 0, "sharing", value={"strategy": "mig-mixed", "migLayout": "all-balanced", "replicas": 2}), "gpu-stack:nodePools[0].sharing.replicas", "it takes: migLayout"),
-    ("mig single needs one profile", setter(P, 0, "sharing", value={"strategy": "mig-single", "migLayout": "all-balanced"}), "gpu-stack:nodePools[0].sharing.migLayout", "use strategy 'mig-mixed' or a single-profile layout"),
+    ("mig single needs one profile", setter(P, 0, "sharing", value={"strategy": "mig-single", "migLayout": "all-balanced"}), "gpu-stack:nodePools[0].sharing.migLayout", "use the mixed strategy or a single-profile layout"),
+    ("mig without devices", setter(P, 0, "sharing", value={"strategy": "mig-mixed", "migLayout": "all-enabled"}), "gpu-stack:nodePools[0].sharing.migLayout", "creates no MIG devices"),
+    ("mig switched off", setter(P, 0, "sharing", value={"strategy": "mig-single", "migLayout": "all-disabled"}), "gpu-stack:nodePools[0].sharing.migLayout", "sharing.strategy 'none' for whole GPUs"),
+    ("scrape timeout above interval", setter("gpu-stack:monitoring", "serviceMonitor", "interval", value="5s"), "gpu-stack:monitoring.serviceMonitor", "scrapeTimeout 10s is longer than interval 5s"),
+    ("duration units out of order", setter("gpu-stack:monitoring", "alerts", "utilizationFor", value="30m1h"), "gpu-stack:monitoring.alerts.utilizationFor", "Prometheus duration"),
+    ("zero duration", setter("gpu-stack:monitoring", "alerts", "validatorNotReadyFor", value="0m"), "gpu-stack:monitoring.alerts.validatorNotReadyFor", "positive duration"),
     ("mig without mig manager", lambda c: c.update({"gpu-stack:components": {"migManager": False}}) or c[P][0].update(sharing={"strategy": "mig-mixed", "migLayout": "all-balanced"}), "gpu-stack:nodePools[0].sharing.strategy", "components.migManager: true"),
     ("custom layout too big", lambda c: c.update({"gpu-stack:migLayouts": {"big": {"3g.40gb": 3}}}) or c[P][0].update(sharing={"strategy": "mig-mixed", "migLayout": "big"}), "gpu-stack:nodePools[0].sharing.migLayout", "layouts that fit A100-80GB"),
     ("custom layout unused", setter("gpu-stack:migLayouts", value={"spare": {"1g.10gb": 2}}), "gpu-stack:migLayouts.spare", "used by no nodePools"),
@@ -243,3 +248,20 @@ def test_invalid_config_registers_nothing():
     config = mutated(setter("gpu-stack:driver", "mode", value="x"))
     with pytest.raises(ConfigError):
         render(config, stack="invalid")
+
+
+def test_mig_single_suggests_only_layouts_single_can_run():
+    config = mutated(setter(P, 0, "sharing", value={"strategy": "mig-single"}))
+    [(path, message)] = [p for p in problems(config) if p[0].endswith("migLayout")]
+    suggested = message.split(": ", 1)[1].split(", ")
+    assert "all-1g.10gb" in suggested and "all-7g.80gb" in suggested
+    assert "all-balanced" not in suggested and "all-enabled" not in suggested and "all-disabled" not in suggested
+
+
+def test_durations_follow_prometheus_grammar():
+    from components.config import duration_ms
+
+    assert duration_ms("1h30m") == 5_400_000 and duration_ms("500ms") == 500 and duration_ms("2w") == 14 * 86_400_000
+    for bad in ("", "30", "1m1h", "5 m", "1.5h"):
+        with pytest.raises(ValueError):
+            duration_ms(bad)

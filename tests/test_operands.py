@@ -120,7 +120,7 @@ def test_dcgm_exporter_daemonset_service_and_service_monitor():
     assert host_paths(ds)["pod-gpu-resources"] == "/var/lib/kubelet/pod-resources"
 
     service = objects(recording, "Service")["nvidia-dcgm-exporter"]
-    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9400"}
     assert service["spec"]["ports"] == [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}]
     monitor = objects(recording, "ServiceMonitor")["nvidia-dcgm-exporter"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -169,7 +169,7 @@ def test_gfd_as_nvidia_renders_it():
     assert env["GFD_SLEEP_INTERVAL"] == "60s" and env["GFD_FAIL_ON_INIT_ERROR"] == "true"
     assert env["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["MIG_STRATEGY"] == "single" and env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert "MIG_STRATEGY" not in env and env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"  # the pool's config file decides
     assert mounts(gfd)["/etc/kubernetes/node-feature-discovery/features.d"] == "output-dir"
     assert {"name": "host-sys", "mountPath": "/sys", "readOnly": True} in gfd["volumeMounts"]
     assert host_paths(ds) == {

@@ -274,8 +274,18 @@ def test_cdi_runtime_classes_and_plugin_env():
     env = env_of(container(plugin, "nvidia-device-plugin"))
     assert env["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
     assert env["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
-    assert env["MIG_STRATEGY"] == "single" and env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
     assert plugin["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_mig_strategy_env_only_where_no_config_file_carries_it():
+    # The plugin family lets MIG_STRATEGY override the config file, so with per-pool configs it must be unset.
+    for stack, expected in (("dev", "single"), ("prod-managed", None), ("a100-mig", None)):
+        recording = render_stack(stack)
+        for ds, ctr in (("nvidia-device-plugin-daemonset", "nvidia-device-plugin"), ("gpu-feature-discovery", "gpu-feature-discovery")):
+            env = env_of(container(objects(recording, "DaemonSet")[ds], ctr))
+            assert env.get("MIG_STRATEGY") == expected, (stack, ds)
+            assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
 
 
 def test_validator_init_order_and_plugin_check_follows_the_device_plugin():
