@@ -378,13 +378,7 @@ class DaemonSets(_Model):
                 raise ValueError(f"{key!r} is not a valid annotation key")
         return annotations
 
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
-                raise ValueError(f"{key}={value!r} is not a valid Kubernetes label")
-        return labels
+    _labels = field_validator("labels")(_label_map)
 
 
 SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")

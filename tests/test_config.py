@@ -124,6 +124,8 @@ BAD = [
     ("pool name", setter(P, 0, "name", value="Training"), "gpu-stack:nodePools[0].name", "DNS-1123"),
     ("component switch", setter("gpu-stack:components", "toolkit", value="off"), "gpu-stack:components.toolkit", "true, false"),
     # --- issue 3: sharing per pool, MIG layouts, new components, monitoring
+    ("fail requests", setter(P, 1, "sharing", "failRequestsGreaterThanOne", value="always"), "gpu-stack:nodePools[1].sharing.failRequestsGreaterThanOne", "true, false"),
+    ("mig layout type", setter(P, 0, "sharing", value={"strategy": "mig-mixed", "migLayout": 7}), "gpu-stack:nodePools[0].sharing.migLayout", "expected a string"),
     ("mps replicas missing", setter(P, 1, "sharing", value={"strategy": "mps"}), "gpu-stack:nodePools[1].sharing.replicas", "required when sharing.strategy is 'mps' (2..48)"),
     ("mps replicas above MPS limit", setter(P, 1, "sharing", value={"strategy": "mps", "replicas": 60}), "gpu-stack:nodePools[1].sharing.replicas", "at most 48"),
     (
