@@ -75,6 +75,8 @@ def agent_config(pools: Sequence[NodePool], *, device_plugin_configs: bool) -> d
         "pools": [
             {
                 "name": pool.name,
+                # Not read by the labelling rules: it is what the policy pack and drift reports compare against.
+                "gpuModel": pool.gpu_model,
                 "nodeSelector": dict(pool.node_selector),
                 "deployLabels": deploy_labels(pool),
                 "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
