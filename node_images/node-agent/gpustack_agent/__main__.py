@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ DEFAULT_RESYNC_SECONDS = 60
 DEFAULT_POLL_SECONDS = 10
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+# RFC 1123 subdomain, the form of a DaemonSet name.
+_OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 LABEL_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
@@ -43,6 +46,10 @@ GATE_HELP = f"""environment:
   MODE             (required) strict: exit 1 unless validated; advisory: always exit 0
   JOB_NAME         (required) the Job to annotate with {gate.RESULT_ANNOTATION}
   JOB_NAMESPACE    the Job's namespace (default: this pod's own namespace)
+  POOLS            comma-separated node pools (gpu-stack/pool values) to judge (default: all GPU nodes)
+  DRIVER_DAEMONSETS
+                   comma-separated DaemonSets in NAMESPACE that must also have finished
+                   their rollout (default: none)
 """
 
 
@@ -79,6 +86,30 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -
     return value
 
 
+def _name_list(env: Mapping[str, str], name: str, is_valid: Callable[[str], bool], kind: str) -> tuple[str, ...]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return ()
+    entries = [entry.strip() for entry in raw.split(",")]
+    # An empty entry is usually a name the generating template failed to fill in;
+    # skipping it would quietly judge less than the wave it was meant for.
+    if "" in entries:
+        raise SettingsError(f"{name} has an empty entry: {raw!r}")
+    for entry in entries:
+        if not is_valid(entry):
+            raise SettingsError(f"{name} entry {entry!r} is not a valid {kind}")
+    duplicates = sorted({entry for entry in entries if entries.count(entry) > 1})
+    if duplicates:
+        raise SettingsError(f"{name} names {', '.join(duplicates)} more than once")
+    return tuple(entries)
+
+
+def _is_object_name(value: str) -> bool:
+    # A malformed name can never exist, so the gate would report "not found" until
+    # its timeout instead of failing at once.
+    return len(value) <= 253 and bool(_OBJECT_NAME_RE.match(value))
+
+
 @dataclass(frozen=True)
 class LabelSettings:
     node_name: str
@@ -102,6 +133,8 @@ class GateSettings:
     mode: str
     job_name: str
     job_namespace: str
+    pools: tuple[str, ...] = ()
+    driver_daemonsets: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], own_namespace: Callable[[], str | None]) -> "GateSettings":
@@ -119,6 +152,8 @@ class GateSettings:
             mode=mode,
             job_name=_required(env, "JOB_NAME"),
             job_namespace=job_namespace,
+            pools=_name_list(env, "POOLS", labels.is_label_value, "label value"),
+            driver_daemonsets=_name_list(env, "DRIVER_DAEMONSETS", _is_object_name, "DaemonSet name"),
         )
 
 
@@ -181,8 +216,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any]]) -> int:
-    core, _ = clients()
+def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
+    core, _, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_label_loop(
@@ -195,11 +230,14 @@ def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any]]) 
     return EXIT_OK
 
 
-def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any]]) -> int:
-    core, batch = clients()
+def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
+    core, batch, apps = clients()
     return kube.run_gate(
         core,
         batch,
+        apps=apps,
+        pools=settings.pools,
+        driver_daemonsets=settings.driver_daemonsets,
         namespace=settings.namespace,
         job_namespace=settings.job_namespace,
         job_name=settings.job_name,
@@ -214,7 +252,7 @@ def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any]]) ->
 def main(
     argv: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
-    clients: Callable[[], tuple[Any, Any]] = kube.load_clients,
+    clients: Callable[[], tuple[Any, Any, Any]] = kube.load_clients,
     own_namespace: Callable[[], str | None] = read_own_namespace,
 ) -> int:
     args = _build_parser().parse_args(argv)

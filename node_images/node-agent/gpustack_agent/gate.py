@@ -4,12 +4,21 @@
 drivers are compiled and the NVIDIA validator has run on each node. The gate Job
 turns "the validator pod is Ready on every node that should run it" into one result
 that a pipeline can wait on. This module is pure (no I/O) so the verdict can be
-tested against recorded Pod and Node objects.
+tested against recorded Pod, Node and DaemonSet objects.
+
+A driver upgrade rolls out in waves of node pools, with a gate between waves. That
+gate judges only its wave's pools, and the validators alone cannot vouch for it:
+nodes the rolling update has not reached yet still have a Ready validator from the
+previous driver, and a node whose driver is being replaced has its validator paused
+(deploy label `paused-for-driver-upgrade`), so it drops out of the selection. The
+gate therefore also waits for the wave's driver DaemonSets to finish their rollout.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
+
+from .labels import POOL_LABEL
 
 # Nodes that should run the validator: the agent marks GPU nodes with
 # gpu.present, and a node opted out of the validator has no pod to wait for.
@@ -24,6 +33,48 @@ NO_GPU_NODES = "no-gpu-nodes"
 STRICT = "strict"
 ADVISORY = "advisory"
 MODES = (STRICT, ADVISORY)
+
+
+def node_selector(pools: Sequence[str] = ()) -> str:
+    """GPU_NODE_SELECTOR, narrowed to the nodes the agent put in ``pools`` when given."""
+    if not pools:
+        return GPU_NODE_SELECTOR
+    return f"{GPU_NODE_SELECTOR},{POOL_LABEL} in ({','.join(pools)})"
+
+
+def _count(status: Mapping[str, Any], key: str) -> int:
+    # The API server omits these counters while they are zero.
+    return int(status.get(key) or 0)
+
+
+def daemonset_rollout(name: str, daemonset: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether DaemonSet ``name`` runs its current template, available, on every node
+    it should run on. ``daemonset`` is None when it does not exist yet."""
+    if daemonset is None:
+        return {"daemonset": name, "desired": 0, "updated": 0, "available": 0, "done": False, "reason": "not found"}
+    generation = int((daemonset.get("metadata") or {}).get("generation") or 0)
+    status = daemonset.get("status") or {}
+    observed = _count(status, "observedGeneration")
+    desired = _count(status, "desiredNumberScheduled")
+    updated = _count(status, "updatedNumberScheduled")
+    available = _count(status, "numberAvailable")
+    if observed < generation:
+        # Until the controller has seen the new template, the counters describe the
+        # old one and may well say "all updated".
+        reason = f"generation {generation} not observed yet (observed {observed})"
+    else:
+        behind = []
+        if updated != desired:
+            behind.append(f"updated {updated}/{desired}")
+        if available != desired:
+            behind.append(f"available {available}/{desired}")
+        reason = ", ".join(behind)
+    rollout: dict[str, Any] = {
+        "daemonset": name, "desired": desired, "updated": updated, "available": available, "done": not reason,
+    }
+    if reason:
+        rollout["reason"] = reason
+    return rollout
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -54,9 +105,24 @@ def _pod_to_report(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return max(pods, key=key)
 
 
-def evaluate(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Verdict for ``nodes`` (already selected by GPU_NODE_SELECTOR) given the
-    validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR)."""
+def evaluate(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    pools: Sequence[str] = (),
+    daemonsets: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """Verdict for ``nodes`` (already selected by ``node_selector(pools)``) given the
+    validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR) and, when the
+    gate waits for driver rollouts, ``daemonsets``: each named DaemonSet, or None
+    where it does not exist."""
+    if pools:
+        # The server already selected by pool; checking again here keeps the verdict
+        # a function of its arguments, whatever node list it is handed.
+        nodes = [n for n in nodes if ((n.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) in pools]
+    rollouts = [daemonset_rollout(name, ds) for name, ds in (daemonsets or {}).items()]
+    rolled_out = all(r["done"] for r in rollouts)
+
     pods_by_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
@@ -74,29 +140,39 @@ def evaluate(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any
             reason = f"validator not ready: {stage}" if stage else "validator not ready"
             not_validated.append({"node": name, "reason": reason})
 
-    if not names:
+    # no-gpu-nodes is a success that ends polling, so a driver DaemonSet that has
+    # not finished (or not even been created yet) rules it out.
+    if not names and rolled_out:
         status = NO_GPU_NODES
-    elif not_validated:
+    elif not_validated or not rolled_out:
         status = NOT_VALIDATED
     else:
         status = VALIDATED
-    return {
+    result: dict[str, Any] = {
         "status": status,
         "gpuNodes": len(names),
         "validatedNodes": len(names) - len(not_validated),
         "notValidated": not_validated,
     }
+    if pools:
+        result["pools"] = list(pools)
+    if daemonsets is not None:
+        result["driverRollout"] = rollouts
+    return result
 
 
-def unavailable_result(error: str) -> dict[str, Any]:
+def unavailable_result(error: str, pools: Sequence[str] = ()) -> dict[str, Any]:
     """Verdict when the API never answered: nothing was shown to be validated."""
-    return {
+    result: dict[str, Any] = {
         "status": NOT_VALIDATED,
         "gpuNodes": 0,
         "validatedNodes": 0,
         "notValidated": [],
         "error": error,
     }
+    if pools:
+        result["pools"] = list(pools)
+    return result
 
 
 def is_settled(result: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import urllib3
 from kubernetes import client, config, watch
@@ -36,11 +36,11 @@ Log = Callable[[dict[str, Any]], None]
 Watcher = Callable[[Any, str, int, Optional[str]], Iterable[Mapping[str, Any]]]
 
 
-def load_clients() -> tuple[client.CoreV1Api, client.BatchV1Api]:
+def load_clients() -> tuple[client.CoreV1Api, client.BatchV1Api, client.AppsV1Api]:
     """API clients authenticated as the pod's service account."""
     config.load_incluster_config()
     api_client = client.ApiClient()
-    return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    return client.CoreV1Api(api_client), client.BatchV1Api(api_client), client.AppsV1Api(api_client)
 
 
 def _as_dict(api: Any, obj: Any) -> dict[str, Any]:
@@ -90,6 +90,20 @@ def list_pods(
         namespace=namespace, label_selector=label_selector, _request_timeout=request_timeout
     )
     return _as_dict(core, result).get("items") or []
+
+
+def read_daemon_set(
+    apps: Any, namespace: str, name: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS
+) -> dict[str, Any] | None:
+    """The DaemonSet, or None if it does not exist: the gate's own `pulumi up` may
+    not have created it yet, which is an answer ("not rolled out"), not an error."""
+    try:
+        result = apps.read_namespaced_daemon_set(name=name, namespace=namespace, _request_timeout=request_timeout)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _as_dict(apps, result)
 
 
 def patch_job_annotations(
@@ -215,11 +229,18 @@ def run_gate(
     mode: str,
     log: Log,
     out: Callable[[str], None],
+    apps: Any = None,
+    pools: Sequence[str] = (),
+    driver_daemonsets: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Poll until every GPU node is validated or ``timeout_seconds`` pass, record
-    the verdict on the Job, print it, and return the process exit code."""
+    the verdict on the Job, print it, and return the process exit code.
+
+    ``pools`` restricts the judged nodes to those node pools; ``driver_daemonsets``
+    (DaemonSets in ``namespace``, read through ``apps``) must also have finished
+    their rollout before the verdict is ``validated``."""
     deadline = clock() + timeout_seconds
     result: dict[str, Any] | None = None
     last_error = "no poll completed"
@@ -228,11 +249,20 @@ def run_gate(
         # gate past its timeout by more than one poll.
         request_timeout = max(1.0, min(float(poll_seconds), deadline - clock()))
         try:
-            nodes = list_nodes(core, gate.GPU_NODE_SELECTOR, request_timeout)
+            daemonsets = None
+            if driver_daemonsets:
+                # Read before the pods, so a rollout seen as finished is never judged
+                # by validator pods listed before it finished.
+                daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout)
+                              for name in driver_daemonsets}
+            nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
             pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
-            result = gate.evaluate(nodes, pods)
-            log({"level": "info", "event": "poll", "status": result["status"],
-                 "gpuNodes": result["gpuNodes"], "validatedNodes": result["validatedNodes"]})
+            result = gate.evaluate(nodes, pods, pools=pools, daemonsets=daemonsets)
+            progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
+                        "validatedNodes": result["validatedNodes"]}
+            if "driverRollout" in result:
+                progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
+            log({"level": "info", "event": "poll", **progress})
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             # Every error is retried until the deadline, 403 included: the Job is
             # created by the same `pulumi up` as its RBAC, which may land a moment later.
@@ -246,7 +276,7 @@ def run_gate(
         sleep(min(float(poll_seconds), remaining))
 
     if result is None:
-        result = gate.unavailable_result(last_error)
+        result = gate.unavailable_result(last_error, pools)
     line = json.dumps(result, separators=(",", ":"))
     try:
         patch_job_annotations(batch, job_namespace, job_name, {gate.RESULT_ANNOTATION: line},

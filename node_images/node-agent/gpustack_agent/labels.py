@@ -62,10 +62,14 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return dict(value)
 
 
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE_RE.match(value))
+
+
 def _check_label_value(value: str, where: str) -> None:
     # Caught here rather than by the API server, whose 422 would only show up as a
     # failed patch on every node at once.
-    if len(value) > 63 or not _LABEL_VALUE_RE.match(value):
+    if not is_label_value(value):
         raise ConfigError(f"{where} {value!r} is not a valid Kubernetes label value")
 
 

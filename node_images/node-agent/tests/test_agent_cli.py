@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpustack_agent import __main__ as cli
-from gpustack_agent import labels
+from gpustack_agent import gate, labels
 
 AGENT_DIR = Path(__file__).resolve().parents[1]
 GATE_ENV = {"NAMESPACE": "gpu-operator", "TIMEOUT_SECONDS": "0", "MODE": "strict", "JOB_NAME": "gpu-stack-validation"}
@@ -74,7 +74,7 @@ def test_wait_validated_exit_code_and_result_line(load_fixture, capsys, mode, co
     core, batch = _gate_clients(load_fixture)
 
     exit_code = cli.main(["wait-validated"], {**GATE_ENV, "MODE": mode},
-                         clients=lambda: (core, batch), own_namespace=lambda: "gpu-stack")
+                         clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
 
     assert exit_code == code
     result = last_json_line(capsys.readouterr().out)
@@ -87,7 +87,7 @@ def test_job_namespace_env_overrides_own_namespace(load_fixture):
     core, batch = _gate_clients(load_fixture)
 
     cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", "JOB_NAMESPACE": "ci"},
-             clients=lambda: (core, batch), own_namespace=lambda: "gpu-stack")
+             clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
 
     assert batch.patch_namespaced_job.call_args.kwargs["namespace"] == "ci"
 
@@ -100,7 +100,7 @@ def test_sigterm_stops_the_label_loop_cleanly(load_fixture, tmp_path, pool_confi
     core.read_node.side_effect = lambda *a, **k: os.kill(os.getpid(), signal.SIGTERM)
     before = signal.getsignal(signal.SIGTERM)
 
-    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None))
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None, None))
 
     assert code == 0
     assert last_json_line(capsys.readouterr().out)["event"] == "stopping"
@@ -114,7 +114,7 @@ def test_label_exits_1_on_errors_retrying_cannot_fix(tmp_path, pool_config, caps
     core = fake_api()
     core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
 
-    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None))
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None, None))
 
     assert code == 1
     assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
@@ -154,3 +154,77 @@ def test_dockerfile_matches_the_runtime_contract():
     assert f"kubernetes=={pin}" in dockerfile
     assert re.search(r"^USER 65532(:65532)?$", dockerfile, re.MULTILINE)
     assert 'ENTRYPOINT ["python", "-m", "gpustack_agent"]' in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"POOLS": "a100,,h100"}, "POOLS has an empty entry: 'a100,,h100'"),
+        ({"POOLS": "a100,"}, "POOLS has an empty entry: 'a100,'"),
+        ({"POOLS": "a100,h100!"}, "POOLS entry 'h100!' is not a valid label value"),
+        ({"POOLS": "p" * 64}, f"POOLS entry {'p' * 64!r} is not a valid label value"),
+        ({"POOLS": "h100,a100, h100"}, "POOLS names h100 more than once"),
+        ({"DRIVER_DAEMONSETS": "nvidia-driver-daemonset-a100,"}, "DRIVER_DAEMONSETS has an empty entry"),
+        ({"DRIVER_DAEMONSETS": "Nvidia-Driver"}, "DRIVER_DAEMONSETS entry 'Nvidia-Driver' is not a valid DaemonSet name"),
+        ({"DRIVER_DAEMONSETS": "gpu-operator/nvidia-driver"},
+         "DRIVER_DAEMONSETS entry 'gpu-operator/nvidia-driver' is not a valid DaemonSet name"),
+        ({"DRIVER_DAEMONSETS": "d" * 254}, "is not a valid DaemonSet name"),
+        ({"DRIVER_DAEMONSETS": "ds-a,ds-b,ds-a"}, "DRIVER_DAEMONSETS names ds-a more than once"),
+    ],
+)
+def test_bad_wave_settings_exit_2_before_touching_the_api(capsys, env, message):
+    clients = mock.Mock()
+
+    assert cli.main(["wait-validated"], {**GATE_ENV, **env}, clients=clients) == 2
+
+    clients.assert_not_called()
+    assert message in last_json_line(capsys.readouterr().err)["error"]
+
+
+def test_wave_settings_are_trimmed_lists_and_optional():
+    wave = cli.GateSettings.from_env(
+        {**GATE_ENV, "POOLS": " a100 , h100 ",
+         "DRIVER_DAEMONSETS": "nvidia-driver-daemonset-5.15.0-1057-aws-ubuntu22.04,nvidia-driver-daemonset-h100"},
+        lambda: "gpu-stack",
+    )
+    fleet = cli.GateSettings.from_env({**GATE_ENV, "POOLS": "  ", "DRIVER_DAEMONSETS": ""}, lambda: "gpu-stack")
+
+    assert wave.pools == ("a100", "h100")
+    assert wave.driver_daemonsets == ("nvidia-driver-daemonset-5.15.0-1057-aws-ubuntu22.04",
+                                      "nvidia-driver-daemonset-h100")
+    assert fleet.pools == () and fleet.driver_daemonsets == ()
+    assert fleet == cli.GateSettings.from_env(GATE_ENV, lambda: "gpu-stack")
+
+
+def test_wait_validated_for_one_wave(load_fixture, capsys):
+    core, batch = _gate_clients(load_fixture)
+    apps = fake_api()
+    daemonsets = {ds["metadata"]["name"]: ds for ds in load_fixture("daemonsets-driver")["items"]}
+    apps.read_namespaced_daemon_set.side_effect = lambda name, namespace, _request_timeout: model(
+        daemonsets[name], "V1DaemonSet")
+
+    exit_code = cli.main(["wait-validated"],
+                         {**GATE_ENV, "POOLS": "h100", "DRIVER_DAEMONSETS": "nvidia-driver-daemonset-h100"},
+                         clients=lambda: (core, batch, apps), own_namespace=lambda: "gpu-stack")
+
+    assert exit_code == 1
+    assert core.list_node.call_args.kwargs["label_selector"].endswith(",gpu-stack/pool in (h100)")
+    assert apps.read_namespaced_daemon_set.call_args.kwargs["namespace"] == "gpu-operator"
+    result = last_json_line(capsys.readouterr().out)
+    assert result["pools"] == ["h100"]
+    assert result["driverRollout"] == [
+        {"daemonset": "nvidia-driver-daemonset-h100", "desired": 3, "updated": 1, "available": 2, "done": False,
+         "reason": "updated 1/3, available 2/3"},
+    ]
+
+
+def test_empty_wave_settings_keep_the_fleet_wide_gate(load_fixture, capsys):
+    core, batch = _gate_clients(load_fixture)
+    apps = fake_api()
+
+    cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", "POOLS": "", "DRIVER_DAEMONSETS": " "},
+             clients=lambda: (core, batch, apps), own_namespace=lambda: "gpu-stack")
+
+    apps.read_namespaced_daemon_set.assert_not_called()
+    assert core.list_node.call_args.kwargs["label_selector"] == gate.GPU_NODE_SELECTOR
+    assert list(last_json_line(capsys.readouterr().out)) == ["status", "gpuNodes", "validatedNodes", "notValidated"]

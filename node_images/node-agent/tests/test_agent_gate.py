@@ -124,3 +124,204 @@ def test_unavailable_result_is_a_failure_in_strict_mode():
 
     assert result["status"] == "not-validated" and result["error"] == "connection refused"
     assert gate.exit_code(result, gate.STRICT) == 1
+
+
+# --- driver upgrade waves: POOLS and DRIVER_DAEMONSETS ------------------------
+
+A100_DS = "nvidia-driver-daemonset-a100"
+H100_DS = "nvidia-driver-daemonset-h100"
+H100_NODE = "ip-10-0-40-7.ec2.internal"
+
+
+@pytest.fixture
+def driver_daemonsets(load_fixture) -> dict[str, dict[str, Any]]:
+    """a100: rolled out; h100: rolling, 1 of 3 nodes updated and 2 of 3 available."""
+    return {ds["metadata"]["name"]: ds for ds in load_fixture("daemonsets-driver")["items"]}
+
+
+def rolled_out(daemonset: dict[str, Any]) -> dict[str, Any]:
+    daemonset = copy.deepcopy(daemonset)
+    desired = daemonset["status"]["desiredNumberScheduled"]
+    daemonset["status"].update(updatedNumberScheduled=desired, numberAvailable=desired, numberReady=desired)
+    daemonset["status"].pop("numberUnavailable", None)
+    return daemonset
+
+
+def ready_validator_on(validator_pods: list[dict[str, Any]], node_name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(validator_pods[0])
+    pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def test_node_selector_narrows_to_the_wave_pools():
+    assert gate.node_selector() == gate.GPU_NODE_SELECTOR
+    assert gate.node_selector(("a100", "h100")) == (
+        "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.operator-validator=true,gpu-stack/pool in (a100,h100)"
+    )
+
+
+def test_rolled_out_daemonset_is_done(driver_daemonsets):
+    assert gate.daemonset_rollout(A100_DS, driver_daemonsets[A100_DS]) == {
+        "daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": True,
+    }
+
+
+def test_rolling_daemonset_says_how_far_it_got(driver_daemonsets):
+    assert gate.daemonset_rollout(H100_DS, driver_daemonsets[H100_DS]) == {
+        "daemonset": H100_DS, "desired": 3, "updated": 1, "available": 2, "done": False,
+        "reason": "updated 1/3, available 2/3",
+    }
+
+
+def test_updated_but_not_yet_available_is_not_done(driver_daemonsets):
+    daemonset = rolled_out(driver_daemonsets[H100_DS])
+    daemonset["status"]["numberAvailable"] = 2
+
+    assert gate.daemonset_rollout(H100_DS, daemonset)["reason"] == "available 2/3"
+
+
+def test_counters_of_an_unobserved_generation_are_not_trusted(driver_daemonsets):
+    # `pulumi up` just changed the template; the status still shows the old rollout as complete.
+    daemonset = copy.deepcopy(driver_daemonsets[A100_DS])
+    daemonset["metadata"]["generation"] = 4
+
+    assert gate.daemonset_rollout(A100_DS, daemonset) == {
+        "daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": False,
+        "reason": "generation 4 not observed yet (observed 3)",
+    }
+
+
+def test_missing_status_counters_count_as_zero(driver_daemonsets):
+    fresh = copy.deepcopy(driver_daemonsets[H100_DS])
+    fresh["metadata"]["generation"] = 1
+    fresh["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 3, "numberMisscheduled": 0,
+                       "numberReady": 0, "observedGeneration": 1}
+    no_status = copy.deepcopy(fresh)
+    del no_status["status"]
+
+    assert gate.daemonset_rollout(H100_DS, fresh) == {
+        "daemonset": H100_DS, "desired": 3, "updated": 0, "available": 0, "done": False,
+        "reason": "updated 0/3, available 0/3",
+    }
+    assert gate.daemonset_rollout(H100_DS, no_status)["reason"] == "generation 1 not observed yet (observed 0)"
+
+
+def test_daemonset_that_does_not_exist_is_not_found():
+    assert gate.daemonset_rollout(H100_DS, None) == {
+        "daemonset": H100_DS, "desired": 0, "updated": 0, "available": 0, "done": False, "reason": "not found",
+    }
+
+
+def test_rollout_in_progress_is_not_validated_even_with_ready_validators(load_fixture, validator_pods,
+                                                                        driver_daemonsets):
+    # The rolling update has not reached this node yet: its validator, from the old driver, is Ready.
+    pods = [ready_validator_on(validator_pods, H100_NODE)]
+
+    result = evaluate([load_fixture("node-h100-mig-paused")], pods, pools=["h100"],
+                      daemonsets={H100_DS: driver_daemonsets[H100_DS]})
+
+    assert result == {
+        "status": "not-validated",
+        "gpuNodes": 1,
+        "validatedNodes": 1,
+        "notValidated": [],
+        "pools": ["h100"],
+        "driverRollout": [
+            {"daemonset": H100_DS, "desired": 3, "updated": 1, "available": 2, "done": False,
+             "reason": "updated 1/3, available 2/3"},
+        ],
+    }
+    assert not gate.is_settled(result)
+
+
+def test_missing_daemonset_is_not_validated_and_never_no_gpu_nodes(load_fixture, validator_pods, driver_daemonsets):
+    result = evaluate([], validator_pods, pools=["a100"],
+                      daemonsets={A100_DS: driver_daemonsets[A100_DS], "nvidia-driver-daemonset-l4": None})
+
+    assert result["status"] == "not-validated"
+    assert result["driverRollout"] == [
+        {"daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": True},
+        {"daemonset": "nvidia-driver-daemonset-l4", "desired": 0, "updated": 0, "available": 0, "done": False,
+         "reason": "not found"},
+    ]
+    assert gate.exit_code(result, gate.STRICT) == 1
+
+
+def test_rolled_out_but_validator_not_ready_on_a_wave_node(load_fixture, validator_pods, driver_daemonsets):
+    result = evaluate([load_fixture("node-h100-mig-paused")], validator_pods, pools=["h100"],
+                      daemonsets={H100_DS: rolled_out(driver_daemonsets[H100_DS])})
+
+    assert result == {
+        "status": "not-validated",
+        "gpuNodes": 1,
+        "validatedNodes": 0,
+        "notValidated": [{"node": H100_NODE, "reason": "validator not ready: toolkit-validation"}],
+        "pools": ["h100"],
+        "driverRollout": [{"daemonset": H100_DS, "desired": 3, "updated": 3, "available": 3, "done": True}],
+    }
+
+
+def test_nodes_outside_the_pools_are_ignored(load_fixture, validator_pods, driver_daemonsets):
+    nodes = [
+        load_fixture("node-a100-labelled"),    # in the wave, Ready validator
+        load_fixture("node-h100-mig-paused"),  # next wave, validator not Ready
+        load_fixture("node-g5-unpooled"),      # pool l4, no validator pod
+    ]
+
+    result = evaluate(nodes, validator_pods, pools=["a100"], daemonsets={A100_DS: driver_daemonsets[A100_DS]})
+
+    assert result == {
+        "status": "validated",
+        "gpuNodes": 1,
+        "validatedNodes": 1,
+        "notValidated": [],
+        "pools": ["a100"],
+        "driverRollout": [{"daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": True}],
+    }
+
+
+def test_wave_with_every_rollout_done_and_every_validator_ready_is_validated(load_fixture, validator_pods,
+                                                                            driver_daemonsets):
+    nodes = [load_fixture("node-a100-labelled"), load_fixture("node-h100-mig-paused")]
+    pods = [validator_pods[0], ready_validator_on(validator_pods, H100_NODE)]
+    daemonsets = {A100_DS: driver_daemonsets[A100_DS], H100_DS: rolled_out(driver_daemonsets[H100_DS])}
+
+    result = evaluate(nodes, pods, pools=["a100", "h100"], daemonsets=daemonsets)
+
+    assert result == {
+        "status": "validated",
+        "gpuNodes": 2,
+        "validatedNodes": 2,
+        "notValidated": [],
+        "pools": ["a100", "h100"],
+        "driverRollout": [
+            {"daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": True},
+            {"daemonset": H100_DS, "desired": 3, "updated": 3, "available": 3, "done": True},
+        ],
+    }
+    assert gate.is_settled(result)
+
+
+def test_no_wave_nodes_and_every_rollout_done_is_no_gpu_nodes(driver_daemonsets):
+    empty = copy.deepcopy(driver_daemonsets[A100_DS])
+    empty["status"].update(currentNumberScheduled=0, desiredNumberScheduled=0, numberReady=0)
+    del empty["status"]["numberAvailable"], empty["status"]["updatedNumberScheduled"]
+
+    result = evaluate([], [], pools=["a100"], daemonsets={A100_DS: empty})
+
+    assert result == {
+        "status": "no-gpu-nodes",
+        "gpuNodes": 0,
+        "validatedNodes": 0,
+        "notValidated": [],
+        "pools": ["a100"],
+        "driverRollout": [{"daemonset": A100_DS, "desired": 0, "updated": 0, "available": 0, "done": True}],
+    }
+    assert gate.exit_code(result, gate.STRICT) == 0
+
+
+def test_unavailable_result_names_the_pools():
+    assert gate.unavailable_result("connection refused", ["a100"]) == {
+        "status": "not-validated", "gpuNodes": 0, "validatedNodes": 0, "notValidated": [],
+        "error": "connection refused", "pools": ["a100"],
+    }

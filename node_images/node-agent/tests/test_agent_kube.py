@@ -279,13 +279,13 @@ def gate_apis(nodes: list[dict[str, Any]], pod_lists: list[list[dict[str, Any]]]
 
 
 def run_gate(core: Any, batch: Any, clock: FakeClock, mode: str = "strict", timeout: int = 25,
-             poll: int = 10) -> tuple[int, list[str], Recorder]:
+             poll: int = 10, **wave: Any) -> tuple[int, list[str], Recorder]:
     out: list[str] = []
     log = Recorder()
     code = kube.run_gate(
         core, batch, namespace="gpu-operator", job_namespace="gpu-stack", job_name="gpu-stack-validation",
         timeout_seconds=timeout, poll_seconds=poll, mode=mode, log=log, out=out.append,
-        clock=clock, sleep=clock.sleep,
+        clock=clock, sleep=clock.sleep, **wave,
     )
     return code, out, log
 
@@ -385,3 +385,159 @@ def test_gate_with_zero_gpu_nodes_succeeds_immediately(load_fixture):
 
     assert code == 0 and clock.sleeps == []
     assert json.loads(out[0])["status"] == "no-gpu-nodes"
+
+
+# --- validation gate for one driver upgrade wave -----------------------------
+
+A100_DS = "nvidia-driver-daemonset-a100"
+H100_DS = "nvidia-driver-daemonset-h100"
+
+
+@pytest.fixture
+def driver_daemonsets(load_fixture) -> dict[str, dict[str, Any]]:
+    """a100: rolled out; h100: rolling, 1 of 3 nodes updated and 2 of 3 available."""
+    return {ds["metadata"]["name"]: ds for ds in load_fixture("daemonsets-driver")["items"]}
+
+
+def rolled_out(daemonset: dict[str, Any]) -> dict[str, Any]:
+    daemonset = json.loads(json.dumps(daemonset))
+    desired = daemonset["status"]["desiredNumberScheduled"]
+    daemonset["status"].update(updatedNumberScheduled=desired, numberAvailable=desired, numberReady=desired)
+    return daemonset
+
+
+def apps_api(answers: dict[str, list[Any]]) -> Any:
+    """Fake AppsV1Api: each read of a DaemonSet gets that name's next answer, the last
+    one repeating. An answer is a DaemonSet dict, None for 404, or an exception."""
+    apps = fake_api()
+    pending = {name: list(queue) for name, queue in answers.items()}
+
+    def read(name: str, namespace: str, _request_timeout: float) -> Any:
+        queue = pending[name]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if answer is None:
+            raise ApiException(status=404, reason="Not Found")
+        if isinstance(answer, Exception):
+            raise answer
+        return model(answer, "V1DaemonSet")
+
+    apps.read_namespaced_daemon_set.side_effect = read
+    return apps
+
+
+def test_read_daemon_set_returns_kubectl_shaped_dict(driver_daemonsets):
+    apps = apps_api({H100_DS: [driver_daemonsets[H100_DS]]})
+
+    daemonset = kube.read_daemon_set(apps, "gpu-operator", H100_DS, 5.0)
+
+    apps.read_namespaced_daemon_set.assert_called_once_with(
+        name=H100_DS, namespace="gpu-operator", _request_timeout=5.0
+    )
+    assert daemonset["metadata"]["generation"] == 4
+    assert daemonset["status"] == driver_daemonsets[H100_DS]["status"]
+
+
+def test_read_daemon_set_answers_none_for_404_and_raises_other_errors():
+    apps = apps_api({A100_DS: [None], H100_DS: [ApiException(status=403, reason="Forbidden")]})
+
+    assert kube.read_daemon_set(apps, "gpu-operator", A100_DS) is None
+    with pytest.raises(ApiException) as raised:
+        kube.read_daemon_set(apps, "gpu-operator", H100_DS)
+    assert raised.value.status == 403
+
+
+def test_gate_waits_for_the_wave_rollout_then_validates(load_fixture, driver_daemonsets):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods] * 2)
+    rolling = json.loads(json.dumps(driver_daemonsets[A100_DS]))
+    rolling["status"]["updatedNumberScheduled"] = 1
+    apps = apps_api({A100_DS: [rolling, driver_daemonsets[A100_DS]]})
+    clock = FakeClock()
+
+    code, out, log = run_gate(core, batch, clock, apps=apps, pools=("a100",), driver_daemonsets=(A100_DS,))
+
+    assert code == 0
+    assert clock.sleeps == [10.0]
+    assert core.list_node.call_args.kwargs["label_selector"] == (
+        "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.operator-validator=true,gpu-stack/pool in (a100)"
+    )
+    assert [c.kwargs for c in apps.read_namespaced_daemon_set.call_args_list] == [
+        {"name": A100_DS, "namespace": "gpu-operator", "_request_timeout": 10.0},
+    ] * 2
+    expected = (
+        '{"status":"validated","gpuNodes":1,"validatedNodes":1,"notValidated":[],"pools":["a100"],'
+        '"driverRollout":[{"daemonset":"nvidia-driver-daemonset-a100","desired":2,"updated":2,"available":2,'
+        '"done":true}]}'
+    )
+    assert out == [expected]
+    annotation = batch.patch_namespaced_job.call_args.kwargs["body"]["metadata"]["annotations"]
+    assert annotation == {"gpu-stack/validation": expected}
+    polls = [r for r in log.records if r["event"] == "poll"]
+    assert [(p["status"], p["rolledOutDaemonSets"]) for p in polls] == [("not-validated", 0), ("validated", 1)]
+
+
+def test_gate_keeps_polling_a_daemonset_that_does_not_exist_until_the_timeout(load_fixture, driver_daemonsets):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods] * 10)
+    apps = apps_api({A100_DS: [driver_daemonsets[A100_DS]], H100_DS: [None]})
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock, timeout=25, poll=10, apps=apps, pools=("a100", "h100"),
+                            driver_daemonsets=(A100_DS, H100_DS))
+
+    assert code == 1
+    assert clock.sleeps == [10.0, 10.0, 5.0]
+    # Each read is bounded by the time left, like the list calls.
+    h100_reads = [c.kwargs["_request_timeout"] for c in apps.read_namespaced_daemon_set.call_args_list
+                  if c.kwargs["name"] == H100_DS]
+    assert h100_reads == [10.0, 10.0, 5.0, 1.0]
+    result = json.loads(out[0])
+    assert result["status"] == "not-validated"
+    assert result["pools"] == ["a100", "h100"]
+    assert result["driverRollout"] == [
+        {"daemonset": A100_DS, "desired": 2, "updated": 2, "available": 2, "done": True},
+        {"daemonset": H100_DS, "desired": 0, "updated": 0, "available": 0, "done": False, "reason": "not found"},
+    ]
+
+
+def test_gate_with_no_wave_nodes_waits_for_the_daemonset_before_no_gpu_nodes(driver_daemonsets):
+    core, batch = gate_apis([], [[]] * 3)
+    empty = json.loads(json.dumps(driver_daemonsets[A100_DS]))
+    empty["status"].update(desiredNumberScheduled=0, updatedNumberScheduled=0, numberAvailable=0)
+    apps = apps_api({A100_DS: [None, empty]})
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock, apps=apps, driver_daemonsets=(A100_DS,))
+
+    assert code == 0
+    assert clock.sleeps == [10.0]
+    assert out == ['{"status":"no-gpu-nodes","gpuNodes":0,"validatedNodes":0,"notValidated":[],"driverRollout":'
+                   '[{"daemonset":"nvidia-driver-daemonset-a100","desired":0,"updated":0,"available":0,"done":true}]}']
+    assert core.list_node.call_args.kwargs["label_selector"] == gate.GPU_NODE_SELECTOR
+
+
+def test_gate_retries_forbidden_daemonset_reads_until_rbac_lands(load_fixture, driver_daemonsets):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods])
+    apps = apps_api({A100_DS: [ApiException(status=403, reason="Forbidden"), driver_daemonsets[A100_DS]]})
+    clock = FakeClock()
+
+    code, out, log = run_gate(core, batch, clock, apps=apps, driver_daemonsets=(A100_DS,))
+
+    assert code == 0
+    assert log.events() == ["poll-failed", "poll"]
+    assert log.records[0]["status"] == 403
+    # The DaemonSets are read first, so the failed poll listed no pods.
+    assert core.list_namespaced_pod.call_count == 1
+    assert json.loads(out[0])["status"] == "validated"
+
+
+def test_gate_that_never_reached_the_api_still_names_its_pools():
+    core = fake_api()
+    core.list_node.side_effect = urllib3.exceptions.ProtocolError("connection reset")
+
+    code, out, _ = run_gate(core, fake_api(), FakeClock(), timeout=0, pools=("h100",))
+
+    assert code == 1
+    result = json.loads(out[0])
+    assert result["pools"] == ["h100"] and "connection reset" in result["error"]
