@@ -270,7 +270,7 @@ def operand_daemonset(
     runtime_class: bool = False,
     share_process_namespace: Optional[bool] = None,
     affinity: Optional[k8s.core.v1.AffinityArgs] = None,
-    on_delete: bool = False,
+    update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     """An operand DaemonSet with the operator's common transforms applied.
@@ -284,8 +284,8 @@ def operand_daemonset(
     pod_labels = {**ds.labels, **selector, **(labels or {})}
     node_selector = {consts.deploy_label(deploy_component): "true"} if deploy_component else {}
     node_selector.update(extra_node_selector or {})
-    if on_delete:
-        strategy = DaemonSetUpdateStrategyArgs(type="OnDelete")
+    if update_strategy is not None:
+        strategy = update_strategy
     elif ds.update_strategy == "OnDelete":
         strategy = DaemonSetUpdateStrategyArgs(type="OnDelete")
     else:

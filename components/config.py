@@ -12,8 +12,10 @@ the values that would have been accepted.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
@@ -22,6 +24,7 @@ from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from components import catalog, dcgm_metrics, mig_catalog
+from node_images import catalog as node_image_catalog
 
 NAMESPACE = "gpu-stack"
 
@@ -32,7 +35,6 @@ DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 K8S_VERSION = re.compile(r"^v?1\.(\d+)(\.\d+)?$")
 # NFD reports the OS as ID + VERSION_ID; the driver image tag is their concatenation (fact sheet §4.1).
 OS_TAG = re.compile(r"^(ubuntu\d{2}\.\d{2}|rhel\d+|rocky\d+|ol\d+|rhcos\d+\.\d+|sles\d+(\.\d+)?|sl-micro\d+\.\d+|debian\d+)$")
-KERNEL = re.compile(r"^\d+\.\d+\.\d+[-.A-Za-z0-9_+]*$")
 BRANCH = re.compile(r"^\d{3}$")
 FULL_DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(\.\d+)?$")
 REGISTRY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d+)?(/[a-z0-9._-]+)*$")
@@ -122,6 +124,18 @@ def _image_version(value: str) -> str:
     return value
 
 
+def _driver_branch(value: Optional[str]) -> Optional[str]:
+    if value is not None and not BRANCH.match(value):
+        raise ValueError(f"{value!r} is not a driver branch such as 580 or 595")
+    return value
+
+
+def _full_driver_version(value: Optional[str]) -> Optional[str]:
+    if value is None or DIGEST.match(value) or FULL_DRIVER_VERSION.match(value):
+        return value
+    raise ValueError(f"{value!r} is not a driver version such as 595.91.07 (or a sha256 digest)")
+
+
 class Versions(_Model):
     """Image tags (or digests) per component; defaults are the GPU Operator v26.7.0 release."""
 
@@ -140,12 +154,11 @@ class Versions(_Model):
         "driver_manager", "toolkit", "device_plugin", "gfd", "validator", "dcgm", "dcgm_exporter", "mig_manager", "nfd_chart"
     )(_image_version)
 
-    @field_validator("driver")
-    @classmethod
-    def _driver_version(cls, value: str) -> str:
-        if DIGEST.match(value) or FULL_DRIVER_VERSION.match(value):
-            return value
-        raise ValueError(f"{value!r} is not a driver version such as 595.91.07 (or a sha256 digest)")
+    _driver_version = field_validator("driver")(_full_driver_version)
+
+
+DRIVER_MODES = ("managed", "host", "precompiled")
+KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")
 
 
 class Driver(_Model):
@@ -154,12 +167,20 @@ class Driver(_Model):
     branch: str = catalog.IMAGES["driver"][1].split(".")[0]
     kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
 
-    @field_validator("branch")
-    @classmethod
-    def _branch(cls, value: str) -> str:
-        if not BRANCH.match(value):
-            raise ValueError(f"{value!r} is not a driver branch such as 580 or 595")
-        return value
+    _branch = field_validator("branch")(_driver_branch)
+
+
+class PoolDriver(_Model):
+    """A pool's own driver where it differs from `gpu-stack:driver` / `gpu-stack:versions.driver`."""
+
+    mode: Optional[Literal["managed", "host", "precompiled"]] = None
+    # Full version (managed) or branch (precompiled), as the stack-wide keys.
+    version: Optional[str] = None
+    branch: Optional[str] = None
+    kernel_module_type: Optional[Literal["auto", "open", "proprietary"]] = None
+
+    _version = field_validator("version")(_full_driver_version)
+    _branch = field_validator("branch")(_driver_branch)
 
 
 def _absolute_path(value: Optional[str]) -> Optional[str]:
@@ -339,6 +360,14 @@ class NodeAgent(_Model):
         return value
 
 
+def _count_or_percent(value: Union[int, str]) -> Union[int, str]:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and (re.fullmatch(r"[1-9]\d*", value) or re.fullmatch(r"([1-9]\d?|100)%", value)):
+        return value
+    raise ValueError(f"{value!r} is not a positive count or a percentage from 1% to 100% such as '25%'")
+
+
 class Toleration(_Model):
     key: Optional[str] = None
     operator: Literal["Exists", "Equal"] = "Equal"
@@ -354,14 +383,7 @@ class DaemonSets(_Model):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 
-    @field_validator("max_unavailable")
-    @classmethod
-    def _count_or_percent(cls, value: Union[int, str]) -> Union[int, str]:
-        if isinstance(value, int) and value >= 1:
-            return value
-        if isinstance(value, str) and re.fullmatch(r"[1-9]\d*%?", value):
-            return value
-        raise ValueError(f"{value!r} is not a positive count or a percentage such as '25%'")
+    _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
 
     @field_validator("priority_class_name")
     @classmethod
@@ -379,6 +401,89 @@ class DaemonSets(_Model):
         return annotations
 
     _labels = field_validator("labels")(_label_map)
+
+
+# A label selector as `kubectl drain --pod-selector` parses it: comma-separated equality or set-based terms.
+_SELECTOR_TERM = re.compile(
+    r"^\s*(?:(?P<exists>!?)(?P<bare>[^\s=!(),]+)|(?P<key>[^\s=!(),]+)\s*(?P<op>==|!=|=)\s*(?P<value>[^\s=!(),]*)"
+    r"|(?P<skey>[^\s=!(),]+)\s+(?P<sop>in|notin)\s+\((?P<values>[^()]*)\))\s*$"
+)
+
+
+def label_selector_problem(selector: str) -> Optional[str]:
+    """Why `selector` is not a label selector Kubernetes would parse; None when it is."""
+    terms, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    terms.append(current)
+    for term in terms:
+        match = _SELECTOR_TERM.match(term)
+        if not match:
+            return f"{term.strip()!r} is not a selector term (key, !key, key=value, key!=value, key in (a,b), key notin (a,b))"
+        key = match.group("bare") or match.group("key") or match.group("skey")
+        values = [match.group("value")] if match.group("op") else []
+        if match.group("sop"):
+            values = [v.strip() for v in match.group("values").split(",")]
+        if not LABEL_KEY.match(key):
+            return f"{key!r} is not a label key"
+        for value in values:
+            if not LABEL_VALUE.match(value):
+                return f"{value!r} is not a label value"
+    return None
+
+
+class Drain(_Model):
+    """k8s-driver-manager's drain settings (fact sheet §5.3); force, timeout and emptyDir deletion also govern the
+    GPU-pod eviction that runs before any drain."""
+
+    enabled: StrictBool = False
+    force: StrictBool = False
+    pod_selector: str = ""
+    # 0 waits forever; the operator's upgrade policy defaults to 300.
+    timeout_seconds: int = Field(default=300, ge=0, le=86_400)
+    delete_empty_dir_data: StrictBool = False
+
+    @field_validator("pod_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        problem = label_selector_problem(value) if value else None
+        if problem:
+            raise ValueError(f"{problem}; e.g. 'app=batch,tier!=critical'")
+        return value
+
+
+class Wave(_Model):
+    name: str
+    pools: list[str] = Field(min_length=1)
+    # How long the gate after this wave waits for its nodes' drivers to roll out and validate.
+    timeout_seconds: int = Field(default=3600, ge=300, le=86_400)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 20:
+            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 20 characters")
+        return value
+
+
+class Upgrade(_Model):
+    """How a driver change reaches the nodes. `rolling`: the driver DaemonSets roll, at most maxUnavailable nodes
+    at a time, each new driver pod's k8s-driver-manager evicting GPU pods (and draining, if enabled) before it
+    swaps the driver. `manual`: OnDelete, nothing changes on a node until someone deletes its driver pod."""
+
+    strategy: Literal["rolling", "manual"] = "rolling"
+    max_unavailable: Union[int, str] = 1
+    gpu_pod_eviction: StrictBool = True
+    drain: Drain = Drain()
+    # Ordered: each wave's driver DaemonSets change only after the previous wave's nodes validated.
+    waves: list[Wave] = []
+
+    _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
 
 
 SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
@@ -403,13 +508,22 @@ class Sharing(_Model):
         return self.strategy[len("mig-"):] if self.is_mig else None
 
 
+@functools.lru_cache(maxsize=1)
+def node_images() -> node_image_catalog.Catalog:
+    """node_images/catalog.yaml, read once per process."""
+    return node_image_catalog.load_catalog()
+
+
 class NodePool(_Model):
     name: str
     node_selector: dict[str, str]
     gpu_model: str
-    os: str
-    kernel: Optional[str] = None
+    # Required unless nodeImage names a catalog entry, which carries the OS.
+    os: Optional[str] = None
+    # An entry of node_images/catalog.yaml: the OS, kernel and architecture the pool's nodes boot.
+    node_image: Optional[str] = None
     workload_type: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
+    driver: PoolDriver = PoolDriver()
     sharing: Sharing = Sharing()
 
     @field_validator("name")
@@ -443,16 +557,45 @@ class NodePool(_Model):
             )
         return value
 
-    @field_validator("kernel")
+    @field_validator("node_image")
     @classmethod
-    def _kernel(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not KERNEL.match(value):
-            raise ValueError(f"{value!r} is not a full kernel version such as 5.15.0-69-generic")
+    def _node_image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in node_images().names:
+            known = ", ".join(node_images().names)
+            raise ValueError(f"unknown node image {value!r}; entries of node_images/catalog.yaml: {known}")
         return value
 
     @property
     def model(self) -> catalog.GpuModel:
         return catalog.GPU_MODELS[self.gpu_model]
+
+    @property
+    def image(self) -> Optional[node_image_catalog.NodeImage]:
+        return node_images().get(self.node_image) if self.node_image else None
+
+    @property
+    def os_tag(self) -> str:
+        image = self.image
+        # Empty only while load_config is rejecting a pool that has neither.
+        return image.os_tag if image is not None else self.os or ""
+
+
+@dataclass(frozen=True)
+class PoolDriverPlan:
+    """The driver a pool's nodes run once stack defaults and the pool's own `driver` keys are combined."""
+
+    mode: str
+    version: str  # managed: full version or digest
+    branch: str  # precompiled
+    kernel_module_type: str
+    os_tag: str
+    node_image: Optional[node_image_catalog.NodeImage]
+    # True when the pool sets a driver key of its own: it then gets driver DaemonSets of its own.
+    own: bool
+
+    @property
+    def kernel(self) -> Optional[str]:
+        return self.node_image.kernel if self.mode == "precompiled" and self.node_image else None
 
 
 class Components(_Model):
@@ -491,6 +634,7 @@ class StackConfig(_Model):
     mig_layouts: dict[str, dict[str, int]] = {}
     node_pools: list[NodePool] = Field(min_length=1)
     components: Components = Components()
+    upgrade: Upgrade = Upgrade()
 
     @field_validator("mig_layouts")
     @classmethod
@@ -504,10 +648,22 @@ class StackConfig(_Model):
     def container_pools(self) -> list[NodePool]:
         return [p for p in self.node_pools if p.workload_type == "container"]
 
+    def pool_driver(self, pool: NodePool) -> PoolDriverPlan:
+        own = pool.driver
+        return PoolDriverPlan(
+            mode=own.mode or self.driver.mode,
+            version=own.version or self.versions.driver,
+            branch=own.branch or self.driver.branch,
+            kernel_module_type=own.kernel_module_type or self.driver.kernel_module_type,
+            os_tag=pool.os_tag,
+            node_image=pool.image,
+            own=bool(own.model_fields_set),
+        )
+
     @property
-    def driver_os_tag(self) -> Optional[str]:
-        pools = self.container_pools
-        return pools[0].os if pools else None
+    def driver_pools(self) -> list[NodePool]:
+        """Container pools whose driver gpu-stack deploys (managed or precompiled)."""
+        return [p for p in self.container_pools if self.pool_driver(p).mode != "host"]
 
     @property
     def shared_pools(self) -> list[NodePool]:
@@ -646,8 +802,7 @@ def _sharing_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[s
 
 
 def _set_keys(sharing: Sharing) -> set[str]:
-    fields = Sharing.model_fields
-    return {fields[name].alias or name for name in sharing.model_fields_set if name != "strategy"}
+    return _set_aliases(sharing) - {"strategy"}
 
 
 def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
@@ -741,6 +896,93 @@ def _mig_layout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
+# Blackwell GPUs are supported by the open kernel modules only (fact sheet §4.1).
+OPEN_MODULES_ONLY = ("blackwell",)
+
+
+def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    """A pool's OS, node image and driver keys against its effective driver mode."""
+    problems: list[tuple[str, str]] = []
+    image = pool.image
+    if image is None and pool.os is None:
+        problems.append((f"{here}.os", "required unless nodeImage names an entry of node_images/catalog.yaml"))
+    elif image is not None and pool.os is not None and pool.os != image.os_tag:
+        problems.append((f"{here}.os", f"{pool.os!r} contradicts nodeImage {image.name!r} ({image.os_tag}); remove os"))
+    own = pool.driver
+    if pool.workload_type != "container":
+        if own.model_fields_set:
+            problems.append((f"{here}.driver", f"{pool.workload_type} pools take no container driver; remove this block"))
+        return problems
+    plan = cfg.pool_driver(pool)
+    takes = {"managed": {"mode", "version", "kernelModuleType"}, "precompiled": {"mode", "branch", "kernelModuleType"}, "host": {"mode"}}[plan.mode]
+    for key in sorted(_set_aliases(own) - takes):
+        problems.append((f"{here}.driver.{key}", f"not used by driver mode {plan.mode!r}; it takes: {', '.join(sorted(takes))}"))
+    if plan.mode == "host":
+        return problems
+    if plan.kernel_module_type == "proprietary" and pool.model.architecture in OPEN_MODULES_ONLY:
+        key = f"{here}.driver.kernelModuleType" if own.kernel_module_type else f"{NAMESPACE}:driver.kernelModuleType"
+        problems.append((key, f"{pool.gpu_model} ({pool.model.architecture}) runs only on the open kernel modules; use 'open' or 'auto'"))
+    if plan.mode == "precompiled":
+        if image is None:
+            problems.append(
+                (f"{here}.nodeImage", f"required with driver mode 'precompiled' (one image per kernel); entries: {', '.join(node_images().names)}")
+            )
+        else:
+            reason = node_image_catalog.unpublished_reason(image, plan.branch)
+            if reason is not None and image.private_image is None:
+                tag = node_image_catalog.precompiled_tag(image, plan.branch)
+                problems.append(
+                    (
+                        f"{here}.nodeImage",
+                        f"NVIDIA publishes no precompiled driver {tag} ({reason}); build it with "
+                        f"node_images/driver-precompiled/build.sh and set privateImage on {image.name!r} in "
+                        "node_images/catalog.yaml, or use driver mode 'managed'",
+                    )
+                )
+    return problems
+
+
+def _set_aliases(model: BaseModel) -> set[str]:
+    fields = type(model).model_fields
+    return {fields[name].alias or name for name in model.model_fields_set}
+
+
+def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    upgrade = cfg.upgrade
+    here = f"{NAMESPACE}:upgrade"
+    problems: list[tuple[str, str]] = []
+    if not upgrade.waves:
+        return problems
+    if upgrade.strategy != "rolling":
+        problems.append((f"{here}.waves", "waves gate a rolling update; with strategy 'manual' nothing rolls: use 'rolling'"))
+    if not cfg.components.node_labeler:
+        problems.append((f"{here}.waves", "waves select nodes by the gpu-stack/pool label: set gpu-stack:components.nodeLabeler: true"))
+    if cfg.validation.mode == "off":
+        problems.append((f"{here}.waves", "a wave is done when its nodes validated: gpu-stack:validation.mode cannot be 'off'"))
+    driver_pools = [p.name for p in cfg.driver_pools]
+    all_pools = [p.name for p in cfg.node_pools]
+    seen_waves: set[str] = set()
+    wave_of: dict[str, str] = {}
+    for i, wave in enumerate(upgrade.waves):
+        where = f"{here}.waves[{i}]"
+        if wave.name in seen_waves:
+            problems.append((f"{where}.name", f"duplicate wave name {wave.name!r}"))
+        seen_waves.add(wave.name)
+        for j, name in enumerate(wave.pools):
+            if name not in all_pools:
+                problems.append((f"{where}.pools[{j}]", f"unknown pool {name!r}; pools with a deployed driver: {', '.join(driver_pools)}"))
+            elif name not in driver_pools:
+                problems.append((f"{where}.pools[{j}]", f"pool {name!r} gets no driver DaemonSet (host driver or VM pool); remove it"))
+            elif name in wave_of:
+                problems.append((f"{where}.pools[{j}]", f"pool {name!r} is already in wave {wave_of[name]!r}; a pool upgrades once"))
+            else:
+                wave_of[name] = wave.name
+    missing = [name for name in driver_pools if name not in wave_of]
+    if missing:
+        problems.append((f"{here}.waves", f"pools in no wave: {', '.join(missing)}; every pool with a deployed driver needs one"))
+    return problems
+
+
 def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """Rules that span several keys; each names the key a user has to change."""
     problems: list[tuple[str, str]] = []
@@ -762,26 +1004,20 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                 (f"{here}.nodeSelector", "an empty selector matches every GPU node, so it must be the last pool")
             )
         problems += _sharing_checks(cfg, pool, here)
-        if cfg.driver.mode == "precompiled" and pool.workload_type == "container" and pool.kernel is None:
-            problems.append((f"{here}.kernel", "required with gpu-stack:driver.mode 'precompiled' (one driver image per kernel)"))
-
-    if cfg.driver.mode == "managed":
-        tags = {p.os for p in cfg.container_pools}
-        if len(tags) > 1:
-            first = cfg.driver_os_tag
-            for i, pool in enumerate(cfg.node_pools):
-                if pool.workload_type == "container" and pool.os != first:
-                    problems.append(
-                        (
-                            f"{NAMESPACE}:nodePools[{i}].os",
-                            f"{pool.os!r} differs from {first!r}: the managed driver renders one image per stack, "
-                            "so all container pools must share one OS (use driver.mode 'precompiled' per kernel)",
-                        )
-                    )
+        problems += _pool_driver_checks(cfg, pool, here)
+    problems += _upgrade_checks(cfg)
     problems += _monitoring_checks(cfg)
     problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
+    if len({cfg.pool_driver(p).os_tag for p in cfg.driver_pools}) > 1 and not cfg.components.node_labeler:
+        problems.append(
+            (
+                f"{NAMESPACE}:components.nodeLabeler",
+                "pools with different OS images need one driver DaemonSet each, selected by the gpu-stack/pool label "
+                "the node labeller writes: set it to true",
+            )
+        )
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
         problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
     needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"

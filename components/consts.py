@@ -12,6 +12,8 @@ DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
 MIG_CONFIG = "nvidia.com/mig.config"
+# Written by gpu-stack's node agent: the pool a node matched (node_images/node-agent).
+POOL_LABEL = "gpu-stack/pool"
 
 # NFD labels that mark a node as carrying an NVIDIA GPU (GO:controllers/state_manager.go).
 NFD_GPU_LABELS = (

@@ -1,9 +1,25 @@
-"""State `state-driver`: NVIDIA's driver container, one DaemonSet per stack (managed) or per kernel (precompiled).
+"""State `state-driver`: NVIDIA's driver container, as DaemonSets planned per pool group.
 
 Objects as in GO:assets/state-driver: SA/Role/RoleBinding/ClusterRole/ClusterRoleBinding `nvidia-driver`,
-ConfigMap `nvidia-driver-startup-probe`, DaemonSet `nvidia-driver-daemonset` with the `k8s-driver-manager` init
-container. The DaemonSet is always OnDelete: a driver swap evicts GPU work, so pods are replaced one node at a
-time by the driver manager, never by a rolling update.
+ConfigMap `nvidia-driver-startup-probe`, and driver DaemonSets with the `k8s-driver-manager` init container.
+
+Which DaemonSets (`plan_targets`): pools that share a driver (mode, image, kernel module type) and an upgrade
+wave share one DaemonSet, named as the operator names them:
+- `nvidia-driver-daemonset` for the managed driver of a single-OS stack (ClusterPolicy's name);
+- `nvidia-driver-daemonset-<osTag>` when managed pools boot different OS images (one image per OS tag);
+- `nvidia-driver-daemonset-<sanitizedKernel>-<osTag>` for precompiled drivers, one per kernel (fact sheet §4.3);
+with the wave name (when the stack declares waves) and the pool name (when a pool sets driver keys of its own)
+inserted after `nvidia-driver-daemonset`. A name longer than a label value allows is cut and suffixed with a
+hash, as the operator does. Each DaemonSet names the pools it serves (`gpu-stack/pool In [...]`), so no node is
+selected by two of them; host-driver pools have no `driver` deploy label and get none.
+
+A renamed DaemonSet replaces its pods on every node at once, but DRIVER_CONFIG_DIGEST is the same when the image
+is, so k8s-driver-manager then keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
+
+Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
+k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver; `manual` renders
+OnDelete. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
+driver manager does the eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
 """
 
 from __future__ import annotations
@@ -23,11 +39,16 @@ from pulumi_kubernetes.core.v1 import (
     ExecActionArgs,
     LifecycleArgs,
     LifecycleHandlerArgs,
+    NodeAffinityArgs,
+    NodeSelectorArgs,
+    NodeSelectorRequirementArgs,
+    NodeSelectorTermArgs,
     PodAffinityTermArgs,
     PodAntiAffinityArgs,
     ProbeArgs,
     VolumeArgs,
 )
+from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components import consts
@@ -49,11 +70,14 @@ from components._k8s import (
     rbac_set,
     rule,
 )
+from components.config import StackConfig, Upgrade, Wave
+from node_images import catalog as node_image_catalog
 
 NAME = "nvidia-driver"
 DAEMONSET = "nvidia-driver-daemonset"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 PRECOMPILED_LABEL = "nvidia.com/precompiled"
+WAVE_LABEL = "gpu-stack/upgrade-wave"
 STARTUP_PROBE_CONFIGMAP = "nvidia-driver-startup-probe"
 STARTUP_PROBE_SCRIPT = "startup-probe.sh"
 DRIVER_READY_FILE = ".driver-ctr-ready"
@@ -84,16 +108,32 @@ nvidia-smi || {{ echo "nvidia-smi does not answer yet"; exit 1; }}
 mv "$ready.tmp" "$ready"
 """
 
-# k8s-driver-manager env as the asset ships it (fact sheet §2.3, §5.3).
-DRIVER_MANAGER_ENV = (
-    ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
-    ("ENABLE_GPU_POD_EVICTION", "true"),
-    ("ENABLE_AUTO_DRAIN", "false"),
-    ("DRAIN_USE_FORCE", "false"),
-    ("DRAIN_POD_SELECTOR_LABEL", ""),
-    ("DRAIN_TIMEOUT_SECONDS", "0s"),
-    ("DRAIN_DELETE_EMPTYDIR_DATA", "false"),
-)
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
+    """k8s-driver-manager's env, in the asset's order, from the stack's upgrade policy (fact sheet §5.3)."""
+    drain = upgrade.drain
+    return (
+        ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
+        ("ENABLE_GPU_POD_EVICTION", _flag(upgrade.gpu_pod_eviction)),
+        ("ENABLE_AUTO_DRAIN", _flag(drain.enabled)),
+        ("DRAIN_USE_FORCE", _flag(drain.force)),
+        ("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
+        ("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
+        ("DRAIN_DELETE_EMPTYDIR_DATA", _flag(drain.delete_empty_dir_data)),
+    )
+
+
+def update_strategy(upgrade: Upgrade) -> DaemonSetUpdateStrategyArgs:
+    if upgrade.strategy == "manual":
+        return DaemonSetUpdateStrategyArgs(type="OnDelete")
+    # maxSurge stays 0: two driver pods on one node would unload each other's modules.
+    return DaemonSetUpdateStrategyArgs(
+        type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=upgrade.max_unavailable, max_surge=0)
+    )
 
 CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
@@ -124,12 +164,19 @@ VOLUMES = (
 
 @dataclass(frozen=True)
 class DriverTarget:
-    """One driver DaemonSet: the whole stack (managed) or one kernel (precompiled)."""
+    """One driver DaemonSet and the pools it serves (empty: every node with the driver deploy label)."""
 
     daemonset: str
     image: str
     os_tag: str
-    kernel: Optional[str] = None
+    kernel_module_type: str
+    pools: tuple[str, ...] = ()
+    wave: Optional[str] = None
+    kernel: Optional[str] = None  # precompiled only
+
+    @property
+    def precompiled(self) -> bool:
+        return self.kernel is not None
 
 
 def sanitize_kernel(kernel: str) -> str:
@@ -138,28 +185,194 @@ def sanitize_kernel(kernel: str) -> str:
     return without_arch.replace("_", ".").rstrip(".").lower()
 
 
-def managed_target(repository: str, version: str, os_tag: str) -> DriverTarget:
+def managed_image(repository: str, version: str, os_tag: str) -> str:
     # A digest already names one image; only tags get the OS suffix (resolveDriverTag).
-    image = f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
-    return DriverTarget(DAEMONSET, image, os_tag)
+    return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
 
 
-def precompiled_targets(repository: str, branch: str, kernels: Sequence[tuple[str, str]]) -> list[DriverTarget]:
-    """One DaemonSet per distinct (kernel, OS): `<branch>-<kernel>-<osTag>` images (fact sheet §4.3)."""
-    return [
-        DriverTarget(f"{DAEMONSET}-{sanitize_kernel(kernel)}-{os_tag}", f"{repository}:{branch}-{kernel}-{os_tag}", os_tag, kernel)
-        for kernel, os_tag in sorted(set(kernels))
-    ]
+# A label value (the DaemonSet's `app` label) holds at most 63 characters.
+MAX_NAME = 63
 
 
-def config_digest(target: DriverTarget, kernel_module_type: str) -> str:
+def daemonset_name(*parts: str) -> str:
+    name = "-".join((DAEMONSET, *parts))
+    if len(name) <= MAX_NAME:
+        return name
+    suffix = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - len(suffix) - 1].rstrip('-.')}-{suffix}"
+
+
+def plan_targets(cfg: StackConfig, repository: str) -> list[DriverTarget]:
+    """The driver DaemonSets of a stack, in pool order (see the module docstring for names and selectors)."""
+    wave_of = {pool: wave.name for wave in cfg.upgrade.waves for pool in wave.pools}
+    plans = {pool.name: cfg.pool_driver(pool) for pool in cfg.driver_pools}
+    mixed_os = len({plan.os_tag for plan in plans.values() if plan.mode == "managed"}) > 1
+    groups: dict[tuple, list[str]] = {}
+    for pool, plan in plans.items():
+        if plan.mode == "precompiled":
+            assert plan.node_image is not None  # load_config guarantees it
+            image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
+        else:
+            image = managed_image(repository, plan.version, plan.os_tag)
+        key = (wave_of.get(pool), pool if plan.own else None, image, plan.kernel_module_type, plan.os_tag, plan.kernel)
+        groups.setdefault(key, []).append(pool)
+    restrict = cfg.components.node_labeler
+    targets: list[DriverTarget] = []
+    for key, pools in groups.items():
+        wave, own_pool, image, module_type, os_tag, kernel = key
+        parts = [p for p in (wave, own_pool) if p]
+        if kernel is not None:
+            parts += [sanitize_kernel(kernel), os_tag]
+        elif mixed_os:
+            parts.append(os_tag)
+        name = daemonset_name(*parts)
+        if any(t.daemonset == name for t in targets):
+            # e.g. wave `a-b` next to pool `b` with its own driver in wave `a`
+            name = daemonset_name(*parts, hashlib.sha256(repr(key).encode()).hexdigest()[:6])
+        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel))
+    return targets
+
+
+def config_digest(target: DriverTarget) -> str:
     """Lets k8s-driver-manager skip an uninstall (and the GPU-pod eviction) when nothing the driver install
     depends on changed (DRIVER_CONFIG_DIGEST, fact sheet §4.1)."""
-    material = json.dumps({"image": target.image, "kernelModuleType": kernel_module_type}, sort_keys=True)
+    material = json.dumps({"image": target.image, "kernelModuleType": target.kernel_module_type}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+def driver_daemonset(ops: Operands, target: DriverTarget, upgrade: Upgrade, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+    """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`."""
+    digest = config_digest(target)
+    driver_env = [
+        NODE_NAME_ENV,
+        env_from_field("NODE_IP", "status.hostIP"),
+        env("KERNEL_MODULE_TYPE", target.kernel_module_type),
+        *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
+        env("DRIVER_CONFIG_DIGEST", digest),
+    ]
+    manager = ContainerArgs(
+        name="k8s-driver-manager",
+        image=ops.images.driver_manager,
+        image_pull_policy="IfNotPresent",
+        command=["driver-manager"],
+        args=["uninstall_driver"],
+        env=[
+            NODE_NAME_ENV,
+            *(env(k, v) for k, v in driver_manager_env(upgrade)),
+            OPERATOR_NAMESPACE_ENV,
+            env("DRIVER_CONFIG_DIGEST", digest),
+        ],
+        security_context=PRIVILEGED,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-sys", "/sys"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+        ],
+    )
+    driver = ContainerArgs(
+        name="nvidia-driver-ctr",
+        image=target.image,
+        image_pull_policy="IfNotPresent",
+        command=["nvidia-driver"],
+        args=["init"],
+        env=driver_env,
+        security_context=PRIVILEGED_S0,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+            mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+            mount("var-log", "/var/log"),
+            mount("dev-log", "/dev/log"),
+            mount("host-os-release", "/host-etc/os-release", read_only=True),
+            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+            mount("host-sys-devices-system", "/sys/devices/system"),
+            mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+            mount("nv-firmware", "/lib/firmware"),
+            mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
+        ],
+        startup_probe=ProbeArgs(
+            exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
+            # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
+            initial_delay_seconds=5 if target.precompiled else 60,
+            failure_threshold=120,
+            success_threshold=1,
+            period_seconds=10,
+            timeout_seconds=60,
+        ),
+        lifecycle=LifecycleArgs(
+            pre_stop=LifecycleHandlerArgs(
+                exec_=ExecActionArgs(
+                    command=[
+                        "/bin/sh",
+                        "-c",
+                        f"rm -f {consts.VALIDATIONS_DIR}/{DRIVER_READY_FILE} {consts.VALIDATIONS_DIR}/{DAEMONS_STATUS_FILE}",
+                    ]
+                )
+            )
+        ),
+    )
+    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled)}
+    if target.wave:
+        labels[WAVE_LABEL] = target.wave
+    # Two driver pods on one node would unload each other's modules.
+    one_per_node = PodAntiAffinityArgs(
+        required_during_scheduling_ignored_during_execution=[
+            PodAffinityTermArgs(
+                label_selector=LabelSelectorArgs(
+                    match_expressions=[LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[NAME])]
+                ),
+                topology_key="kubernetes.io/hostname",
+            )
+        ]
+    )
+    in_pools = None
+    if target.pools:
+        in_pools = NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
+                node_selector_terms=[
+                    NodeSelectorTermArgs(
+                        match_expressions=[NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools))]
+                    )
+                ]
+            )
+        )
+    return operand_daemonset(
+        target.daemonset,
+        ops,
+        deploy_component="driver",
+        service_account=NAME,
+        labels=labels,
+        template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
+        extra_node_selector={consts.NFD_KERNEL_FULL: target.kernel} if target.kernel else None,
+        host_pid=True,
+        affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
+        update_strategy=update_strategy(upgrade),
+        init_containers=[manager],
+        containers=[driver],
+        volumes=[
+            *VOLUMES,
+            VolumeArgs(
+                name="driver-startup-probe-script",
+                config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
+            ),
+        ],
+        opts=opts,
+    )
+
+
+def first_wave(targets: Sequence[DriverTarget], waves: Sequence[Wave]) -> list[DriverTarget]:
+    """The DaemonSets `state-driver` creates: all of them, or the first wave's when the stack declares waves."""
+    return [t for t in targets if not waves or t.wave == waves[0].name]
+
+
 class Driver(pulumi.ComponentResource):
+    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and the DaemonSets of the first wave.
+
+    Later waves are `driver-waves` (components/driver_waves.py), after the validator, because each waits for
+    the wave before it to validate."""
+
     daemonsets: list[k8s.apps.v1.DaemonSet]
 
     def __init__(
@@ -168,7 +381,7 @@ class Driver(pulumi.ComponentResource):
         *,
         ops: Operands,
         targets: Sequence[DriverTarget],
-        kernel_module_type: str,
+        upgrade: Upgrade,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -182,117 +395,5 @@ class Driver(pulumi.ComponentResource):
             opts=child,
         )
         ds_opts = also_after(child, *rbac.resources, probe)
-        self.daemonsets = [self._daemonset(ops, t, kernel_module_type, ds_opts) for t in targets]
+        self.daemonsets = [driver_daemonset(ops, t, upgrade, ds_opts) for t in targets]
         self.register_outputs({"daemonsets": [t.daemonset for t in targets], "images": [t.image for t in targets]})
-
-    @staticmethod
-    def _daemonset(ops: Operands, target: DriverTarget, kernel_module_type: str, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
-        precompiled = target.kernel is not None
-        digest = config_digest(target, kernel_module_type)
-        driver_env = [
-            NODE_NAME_ENV,
-            env_from_field("NODE_IP", "status.hostIP"),
-            env("KERNEL_MODULE_TYPE", kernel_module_type),
-            *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if kernel_module_type == "open" else []),
-            env("DRIVER_CONFIG_DIGEST", digest),
-        ]
-        manager = ContainerArgs(
-            name="k8s-driver-manager",
-            image=ops.images.driver_manager,
-            image_pull_policy="IfNotPresent",
-            command=["driver-manager"],
-            args=["uninstall_driver"],
-            env=[
-                NODE_NAME_ENV,
-                *(env(k, v) for k, v in DRIVER_MANAGER_ENV),
-                OPERATOR_NAMESPACE_ENV,
-                env("DRIVER_CONFIG_DIGEST", digest),
-            ],
-            security_context=PRIVILEGED,
-            volume_mounts=[
-                mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                mount("host-sys", "/sys"),
-                mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-            ],
-        )
-        driver = ContainerArgs(
-            name="nvidia-driver-ctr",
-            image=target.image,
-            image_pull_policy="IfNotPresent",
-            command=["nvidia-driver"],
-            args=["init"],
-            env=driver_env,
-            security_context=PRIVILEGED_S0,
-            volume_mounts=[
-                mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-                mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
-                mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
-                mount("var-log", "/var/log"),
-                mount("dev-log", "/dev/log"),
-                mount("host-os-release", "/host-etc/os-release", read_only=True),
-                mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
-                mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-                mount("host-sys-devices-system", "/sys/devices/system"),
-                mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-                mount("nv-firmware", "/lib/firmware"),
-                mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
-            ],
-            startup_probe=ProbeArgs(
-                exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
-                # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
-                initial_delay_seconds=5 if precompiled else 60,
-                failure_threshold=120,
-                success_threshold=1,
-                period_seconds=10,
-                timeout_seconds=60,
-            ),
-            lifecycle=LifecycleArgs(
-                pre_stop=LifecycleHandlerArgs(
-                    exec_=ExecActionArgs(
-                        command=[
-                            "/bin/sh",
-                            "-c",
-                            f"rm -f {consts.VALIDATIONS_DIR}/{DRIVER_READY_FILE} {consts.VALIDATIONS_DIR}/{DAEMONS_STATUS_FILE}",
-                        ]
-                    )
-                )
-            ),
-        )
-        labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: "true" if precompiled else "false"}
-        # Two driver pods on one node would unload each other's modules.
-        one_per_node = AffinityArgs(
-            pod_anti_affinity=PodAntiAffinityArgs(
-                required_during_scheduling_ignored_during_execution=[
-                    PodAffinityTermArgs(
-                        label_selector=LabelSelectorArgs(
-                            match_expressions=[LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[NAME])]
-                        ),
-                        topology_key="kubernetes.io/hostname",
-                    )
-                ]
-            )
-        )
-        extra_selector = {consts.NFD_KERNEL_FULL: target.kernel} if precompiled else None
-        return operand_daemonset(
-            target.daemonset,
-            ops,
-            deploy_component="driver",
-            service_account=NAME,
-            labels=labels,
-            template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
-            extra_node_selector=extra_selector,
-            host_pid=True,
-            affinity=one_per_node,
-            on_delete=True,
-            init_containers=[manager],
-            containers=[driver],
-            volumes=[
-                *VOLUMES,
-                VolumeArgs(
-                    name="driver-startup-probe-script",
-                    config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
-                ),
-            ],
-            opts=opts,
-        )

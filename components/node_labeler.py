@@ -48,8 +48,11 @@ AGENT_SECURITY = SecurityContextArgs(
 )
 
 
-def deploy_labels(pool: NodePool) -> list[str]:
+def deploy_labels(pool: NodePool, *, driver_deployed: bool) -> list[str]:
     components = list(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[pool.workload_type])
+    if not driver_deployed and "driver" in components:
+        # The node image ships the driver: no driver DaemonSet may ever select these nodes.
+        components.remove("driver")
     if pool.workload_type == "container" and pool.model.mig_capable:
         components.append(consts.MIG_MANAGER_DEPLOY_COMPONENT)
     return [consts.deploy_label(c) for c in components]
@@ -66,7 +69,7 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str
     return labels
 
 
-def agent_config(pools: Sequence[NodePool], *, device_plugin_configs: bool) -> dict:
+def agent_config(pools: Sequence[NodePool], *, driver_pools: frozenset[str], device_plugin_configs: bool) -> dict:
     """The document the agent reads; pool order is match order (first match wins)."""
     return {
         "version": CONFIG_VERSION,
@@ -78,7 +81,7 @@ def agent_config(pools: Sequence[NodePool], *, device_plugin_configs: bool) -> d
                 # Not read by the labelling rules: it is what the policy pack and drift reports compare against.
                 "gpuModel": pool.gpu_model,
                 "nodeSelector": dict(pool.node_selector),
-                "deployLabels": deploy_labels(pool),
+                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_pools),
                 "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
             }
             for pool in pools
@@ -110,6 +113,7 @@ class NodeLabeler(pulumi.ComponentResource):
         ops: Operands,
         image: str,
         pools: Sequence[NodePool],
+        driver_pools: frozenset[str],
         device_plugin_configs: bool,
         resync_seconds: int,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -118,7 +122,7 @@ class NodeLabeler(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:NodeLabeler", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch", "patch"])], opts=child)
-        document = agent_config(pools, device_plugin_configs=device_plugin_configs)
+        document = agent_config(pools, driver_pools=driver_pools, device_plugin_configs=device_plugin_configs)
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),

@@ -19,7 +19,8 @@ from components import dcgm_metrics, sharing
 from components.dcgm import REMOTE_HOSTENGINE, Dcgm
 from components.dcgm_exporter import DcgmExporter
 from components.device_plugin import DevicePlugin
-from components.driver import Driver, managed_target, precompiled_targets
+from components.driver import Driver, first_wave, plan_targets
+from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
 from components.mig_manager import MigManager
 from components.monitoring import StackMonitoring
@@ -98,6 +99,7 @@ class GpuStack(pulumi.ComponentResource):
         self._cfg = cfg
         self._stack = pulumi.get_stack()
         self._ops = operands(cfg)
+        self._driver_targets = plan_targets(cfg, self._ops.images.driver_repository)
         self.states = {}
         builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
             "pre-requisites": self._prerequisites,
@@ -114,6 +116,7 @@ class GpuStack(pulumi.ComponentResource):
             "state-mig-manager": self._mig_manager,
             "state-node-status-exporter": self._node_status_exporter,
             "stack-monitoring": self._monitoring,
+            "driver-waves": self._driver_waves,
             "stack-validation": self._validation_gate,
         }
         previous: list[pulumi.Resource] = []
@@ -156,6 +159,7 @@ class GpuStack(pulumi.ComponentResource):
             ops=self._ops,
             image=cfg.node_agent.image,
             pools=cfg.node_pools,
+            driver_pools=frozenset(p.name for p in cfg.driver_pools),
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
             resync_seconds=cfg.node_agent.resync_seconds,
             depends_on=after,
@@ -163,22 +167,28 @@ class GpuStack(pulumi.ComponentResource):
         )
 
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
-        cfg = self._cfg
-        repository = self._ops.images.driver_repository
-        if cfg.driver.mode == "host" or not cfg.container_pools:
+        if not self._driver_targets:
             return None
-        if cfg.driver.mode == "managed":
-            assert cfg.driver_os_tag is not None
-            targets = [managed_target(repository, cfg.versions.driver, cfg.driver_os_tag)]
-        else:
-            targets = precompiled_targets(
-                repository, cfg.driver.branch, [(p.kernel, p.os) for p in cfg.container_pools if p.kernel is not None]
-            )
         return Driver(
             "state-driver",
             ops=self._ops,
-            targets=targets,
-            kernel_module_type=cfg.driver.kernel_module_type,
+            targets=first_wave(self._driver_targets, self._cfg.upgrade.waves),
+            upgrade=self._cfg.upgrade,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _driver_waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
+        cfg = self._cfg
+        if len(cfg.upgrade.waves) < 2:
+            return None
+        assert cfg.node_agent.image is not None
+        return DriverWaves(
+            "driver-waves",
+            ops=self._ops,
+            gate_image=cfg.node_agent.image,
+            targets=self._driver_targets,
+            upgrade=cfg.upgrade,
             depends_on=after,
             opts=self._opts(),
         )

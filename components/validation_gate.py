@@ -20,7 +20,15 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.batch.v1 import JobSpecArgs
-from pulumi_kubernetes.core.v1 import ContainerArgs, LocalObjectReferenceArgs, PodSpecArgs, PodTemplateSpecArgs, ResourceRequirementsArgs
+from pulumi_kubernetes.core.v1 import (
+    ContainerArgs,
+    EnvVarArgs,
+    LocalObjectReferenceArgs,
+    PodSpecArgs,
+    PodTemplateSpecArgs,
+    ResourceRequirementsArgs,
+)
+from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components import consts
@@ -43,6 +51,74 @@ def parse_result(annotations: Optional[dict[str, str]]) -> Any:
     return json.loads(raw)
 
 
+def gate_rules(job_names: Sequence[str]) -> tuple[list[PolicyRuleArgs], list[PolicyRuleArgs]]:
+    """Namespace and cluster rules of a gate Job: read validator pods and nodes, annotate only its own Job."""
+    return (
+        [rule([""], ["pods"], ["get", "list"]), rule(["batch"], ["jobs"], ["get", "patch"], list(job_names))],
+        [rule([""], ["nodes"], ["get", "list"])],
+    )
+
+
+def gate_job(
+    name: str,
+    ops: Operands,
+    image: str,
+    *,
+    mode: str,
+    timeout_seconds: int,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    extra_env: Sequence[EnvVarArgs] = (),
+    service_account: Optional[str] = None,
+    opts: pulumi.ResourceOptions,
+) -> k8s.batch.v1.Job:
+    """A Job running the node agent's `wait-validated`, replaced whenever `annotations` change, so each effective
+    `pulumi up` re-checks; its ServiceAccount defaults to `name`. Pulumi awaits the Job, so whatever depends on it waits."""
+    budget = timeout_seconds + SLACK_SECONDS
+    checker = ContainerArgs(
+        name="wait-validated",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        args=["wait-validated"],
+        env=[
+            env("NAMESPACE", ops.namespace),
+            env("TIMEOUT_SECONDS", str(timeout_seconds)),
+            env("POLL_SECONDS", str(POLL_SECONDS)),
+            env("MODE", mode),
+            env_from_field("JOB_NAME", "metadata.labels['job-name']"),
+            *extra_env,
+        ],
+        security_context=AGENT_SECURITY,
+        resources=ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "128Mi"}),
+    )
+    return k8s.batch.v1.Job(
+        name,
+        metadata=meta(name, ops.namespace, {"app": name, **labels}, {**annotations, consts.TIMEOUT_SECONDS: str(budget)}),
+        spec=JobSpecArgs(
+            backoff_limit=0,
+            active_deadline_seconds=budget,
+            template=PodTemplateSpecArgs(
+                metadata=ObjectMetaArgs(labels={"app": name}),
+                spec=PodSpecArgs(
+                    service_account_name=service_account or name,
+                    restart_policy="Never",
+                    containers=[checker],
+                    image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
+                ),
+            ),
+        ),
+        opts=pulumi.ResourceOptions.merge(
+            opts,
+            pulumi.ResourceOptions(
+                # Jobs are immutable: a new digest means a new run, the old one deleted first.
+                replace_on_changes=["*"],
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{budget}s", update=f"{budget}s"),
+            ),
+        ),
+    )
+
+
 class ValidationGate(pulumi.ComponentResource):
     job: k8s.batch.v1.Job
     result: pulumi.Output[Any]
@@ -61,59 +137,17 @@ class ValidationGate(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:ValidationGate", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(
+        role_rules, cluster_rules = gate_rules([NAME])
+        rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
+        self.job = gate_job(
             NAME,
-            ops.namespace,
-            role_rules=[rule([""], ["pods"], ["get", "list"]), rule(["batch"], ["jobs"], ["get", "patch"], [NAME])],
-            cluster_role_rules=[rule([""], ["nodes"], ["get", "list"])],
-            opts=child,
-        )
-        budget = timeout_seconds + SLACK_SECONDS
-        checker = ContainerArgs(
-            name="wait-validated",
-            image=image,
-            image_pull_policy="IfNotPresent",
-            args=["wait-validated"],
-            env=[
-                env("NAMESPACE", ops.namespace),
-                env("TIMEOUT_SECONDS", str(timeout_seconds)),
-                env("POLL_SECONDS", str(POLL_SECONDS)),
-                env("MODE", mode),
-                env_from_field("JOB_NAME", "metadata.labels['job-name']"),
-            ],
-            security_context=AGENT_SECURITY,
-            resources=ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "128Mi"}),
-        )
-        self.job = k8s.batch.v1.Job(
-            NAME,
-            metadata=meta(
-                NAME,
-                ops.namespace,
-                {"app": NAME, "gpu-stack/validates": VALIDATOR},
-                {DIGEST_ANNOTATION: stack_digest, consts.TIMEOUT_SECONDS: str(budget)},
-            ),
-            spec=JobSpecArgs(
-                backoff_limit=0,
-                active_deadline_seconds=budget,
-                template=PodTemplateSpecArgs(
-                    metadata=ObjectMetaArgs(labels={"app": NAME}),
-                    spec=PodSpecArgs(
-                        service_account_name=NAME,
-                        restart_policy="Never",
-                        containers=[checker],
-                        image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
-                    ),
-                ),
-            ),
-            opts=pulumi.ResourceOptions.merge(
-                also_after(child, *rbac.resources),
-                pulumi.ResourceOptions(
-                    # Jobs are immutable: a new stack digest means a new run, old one deleted first.
-                    replace_on_changes=["*"],
-                    delete_before_replace=True,
-                    custom_timeouts=pulumi.CustomTimeouts(create=f"{budget}s", update=f"{budget}s"),
-                )
-            ),
+            ops,
+            image,
+            mode=mode,
+            timeout_seconds=timeout_seconds,
+            labels={"gpu-stack/validates": VALIDATOR},
+            annotations={DIGEST_ANNOTATION: stack_digest},
+            opts=also_after(child, *rbac.resources),
         )
         self.result = self.job.metadata.apply(lambda m: parse_result(m.annotations if m else None))
         self.register_outputs({"mode": mode, "result": self.result})

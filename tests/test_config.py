@@ -48,6 +48,7 @@ def deleter(*path: Any) -> Callable[[dict[str, Any]], None]:
 
 C = "gpu-stack:cluster"
 P = "gpu-stack:nodePools"
+U = "gpu-stack:upgrade"
 
 BAD = [
     ("missing cluster", deleter(C), "gpu-stack:cluster", "required"),
@@ -102,8 +103,7 @@ BAD = [
     ),
     ("replicas missing", deleter(P, 1, "sharing", "replicas"), "gpu-stack:nodePools[1].sharing.replicas", "required when"),
     ("replicas", setter(P, 1, "sharing", "replicas", value=1), "gpu-stack:nodePools[1].sharing.replicas", "greater than or equal to 2"),
-    ("mixed os", setter(P, 1, "os", value="ubuntu24.04"), "gpu-stack:nodePools[1].os", "one OS"),
-    ("kernel", setter(P, 0, "kernel", value="five"), "gpu-stack:nodePools[0].kernel", "full kernel version"),
+    ("kernel is not a pool key", setter(P, 0, "kernel", value="5.15.0-139-generic"), "gpu-stack:nodePools[0].kernel", "allowed keys: driver, gpuModel, name, nodeImage"),
     ("validator switch", setter("gpu-stack:components", "validator", value=False), "gpu-stack:components.validator", "allowed keys"),
     (
         "sharing without plugin",
@@ -194,6 +194,49 @@ BAD = [
     ("dashboard folder", setter("gpu-stack:monitoring", "dashboard", "folder", value=""), "gpu-stack:monitoring.dashboard.folder", "at least 1"),
     ("monitoring typo", setter("gpu-stack:monitoring", "serviceMonitors", value={}), "gpu-stack:monitoring.serviceMonitors", "did you mean 'serviceMonitor'"),
     ("socket on cri-o", lambda c: c[C].update(containerRuntime="cri-o") or c.setdefault("gpu-stack:toolkit", {}).update(runtimeSocket="/run/x.sock"), "gpu-stack:toolkit.runtimeSocket", "cri-o"),
+    # --- issue 4: node images, per-pool drivers, upgrade policy and waves
+    ("unknown node image", setter(P, 0, "nodeImage", value="ubuntu22.04-9.9.9-generic-amd64"), "gpu-stack:nodePools[0].nodeImage", "entries of node_images/catalog.yaml: ubuntu22.04-5.15.0-139-generic-amd64"),
+    ("os contradicts node image", setter(P, 0, "nodeImage", value="ubuntu24.04-6.8.0-79-generic-amd64"), "gpu-stack:nodePools[0].os", "'ubuntu22.04' contradicts nodeImage 'ubuntu24.04-6.8.0-79-generic-amd64' (ubuntu24.04); remove os"),
+    ("no os and no node image", deleter(P, 0, "os"), "gpu-stack:nodePools[0].os", "required unless nodeImage names an entry"),
+    ("pool driver mode", setter(P, 0, "driver", "mode", value="dkms"), "gpu-stack:nodePools[0].driver.mode", "'managed', 'host', 'precompiled'"),
+    ("pool driver version", setter(P, 0, "driver", "version", value="580"), "gpu-stack:nodePools[0].driver.version", "not a driver version such as 595.91.07"),
+    ("pool driver branch", setter(P, 0, "driver", value={"mode": "precompiled", "branch": "r580"}), "gpu-stack:nodePools[0].driver.branch", "not a driver branch"),
+    ("pool module type", setter(P, 0, "driver", "kernelModuleType", value="closed"), "gpu-stack:nodePools[0].driver.kernelModuleType", "'auto', 'open', 'proprietary'"),
+    ("pool driver typo", setter(P, 0, "driver", "verison", value="580.126.20"), "gpu-stack:nodePools[0].driver.verison", "did you mean 'version'"),
+    ("branch on a managed pool", setter(P, 0, "driver", "branch", value="580"), "gpu-stack:nodePools[0].driver.branch", "not used by driver mode 'managed'; it takes: kernelModuleType, mode, version"),
+    ("version on a precompiled pool", setter(P, 0, "driver", value={"mode": "precompiled", "version": "580.126.20"}), "gpu-stack:nodePools[0].driver.version", "not used by driver mode 'precompiled'; it takes: branch, kernelModuleType, mode"),
+    ("version on a host pool", setter(P, 0, "driver", value={"mode": "host", "version": "580.126.20"}), "gpu-stack:nodePools[0].driver.version", "not used by driver mode 'host'; it takes: mode"),
+    ("precompiled pool without node image", setter(P, 0, "driver", value={"mode": "precompiled"}), "gpu-stack:nodePools[0].nodeImage", "required with driver mode 'precompiled'"),
+    (
+        "precompiled branch NVIDIA does not build, no private image",
+        lambda c: c[P][0].update(driver={"mode": "precompiled", "branch": "570"}, nodeImage="ubuntu22.04-5.15.0-139-generic-amd64"),
+        "gpu-stack:nodePools[0].nodeImage",
+        "NVIDIA publishes no precompiled driver 570-5.15.0-139-generic-ubuntu22.04 (",
+    ),
+    ("proprietary on Blackwell", lambda c: c[P][0].update(gpuModel="B200", driver={"kernelModuleType": "proprietary"}), "gpu-stack:nodePools[0].driver.kernelModuleType", "B200 (blackwell) runs only on the open kernel modules"),
+    ("stack-wide proprietary on Blackwell", lambda c: c[P][0].update(gpuModel="B200") or c["gpu-stack:driver"].update(kernelModuleType="proprietary"), "gpu-stack:driver.kernelModuleType", "open kernel modules"),
+    ("strategy", setter(U, "strategy", value="blue-green"), "gpu-stack:upgrade.strategy", "'rolling', 'manual'"),
+    ("max unavailable zero", setter(U, "maxUnavailable", value=0), "gpu-stack:upgrade.maxUnavailable", "positive count or a percentage"),
+    ("max unavailable above 100%", setter(U, "maxUnavailable", value="150%"), "gpu-stack:upgrade.maxUnavailable", "from 1% to 100%"),
+    ("eviction flag", setter(U, "gpuPodEviction", value="yes"), "gpu-stack:upgrade.gpuPodEviction", "true, false"),
+    ("drain timeout", setter(U, "drain", "timeoutSeconds", value=-5), "gpu-stack:upgrade.drain.timeoutSeconds", "greater than or equal to 0"),
+    ("drain pod selector", setter(U, "drain", "podSelector", value="app in (a,b"), "gpu-stack:upgrade.drain.podSelector", "not a selector term"),
+    ("drain pod selector value", setter(U, "drain", "podSelector", value="app=not ok"), "gpu-stack:upgrade.drain.podSelector", "not a selector term"),
+    ("drain force flag", setter(U, "drain", "force", value=1), "gpu-stack:upgrade.drain.force", "true, false"),
+    ("drain typo", setter(U, "drain", "deleteEmptydirData", value=True), "gpu-stack:upgrade.drain.deleteEmptydirData", "did you mean 'deleteEmptyDirData'"),
+    ("wave name", setter(U, "waves", value=[{"name": "Canary", "pools": ["training-a100", "inference-l4"]}]), "gpu-stack:upgrade.waves[0].name", "DNS-1123 label"),
+    ("wave without pools", setter(U, "waves", value=[{"name": "canary", "pools": []}]), "gpu-stack:upgrade.waves[0].pools", "at least 1"),
+    ("wave timeout", setter(U, "waves", value=[{"name": "all", "pools": ["training-a100", "inference-l4"], "timeoutSeconds": 60}]), "gpu-stack:upgrade.waves[0].timeoutSeconds", "greater than or equal to 300"),
+    ("wave with unknown pool", setter(U, "waves", value=[{"name": "all", "pools": ["training-a100", "inference-l4", "gpu-a"]}]), "gpu-stack:upgrade.waves[0].pools[2]", "unknown pool 'gpu-a'; pools with a deployed driver: training-a100, inference-l4"),
+    ("pool in two waves", setter(U, "waves", value=[{"name": "a", "pools": ["training-a100"]}, {"name": "b", "pools": ["training-a100", "inference-l4"]}]), "gpu-stack:upgrade.waves[1].pools[0]", "already in wave 'a'"),
+    ("pool in no wave", setter(U, "waves", value=[{"name": "a", "pools": ["training-a100"]}]), "gpu-stack:upgrade.waves", "pools in no wave: inference-l4"),
+    ("duplicate wave", setter(U, "waves", value=[{"name": "a", "pools": ["training-a100"]}, {"name": "a", "pools": ["inference-l4"]}]), "gpu-stack:upgrade.waves[1].name", "duplicate wave name 'a'"),
+    ("host pool in a wave", lambda c: c[P][1].update(driver={"mode": "host"}) or c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}}), "gpu-stack:upgrade.waves[0].pools[1]", "gets no driver DaemonSet"),
+    ("waves with manual strategy", setter(U, value={"strategy": "manual", "waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}), "gpu-stack:upgrade.waves", "with strategy 'manual' nothing rolls"),
+    ("waves without node labeller", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:upgrade.waves", "components.nodeLabeler: true"),
+    ("waves without validation", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:validation": {"mode": "off"}}), "gpu-stack:upgrade.waves", "cannot be 'off'"),
+    ("mixed OS without node labeller", lambda c: c[P][1].update(os="ubuntu24.04") or c.update({"gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:components.nodeLabeler", "different OS images"),
+    ("driver keys on a VM pool", lambda c: c[P][1].update(workloadType="vm-passthrough", sharing={}, driver={"mode": "host"}), "gpu-stack:nodePools[1].driver", "vm-passthrough pools take no container driver"),
 ]
 
 
@@ -203,9 +246,11 @@ def test_bad_value_names_key_and_allowed_values(change, path, fragment):
     assert any(p == path and fragment in m for p, m in found), found
 
 
-def test_precompiled_requires_a_kernel_per_container_pool():
+def test_precompiled_requires_a_node_image_per_container_pool():
     config = mutated(setter("gpu-stack:driver", "mode", value="precompiled"))
-    assert ("gpu-stack:nodePools[0].kernel", "required with gpu-stack:driver.mode 'precompiled' (one driver image per kernel)") in problems(config)
+    found = dict(problems(config))
+    assert found["gpu-stack:nodePools[0].nodeImage"].startswith("required with driver mode 'precompiled' (one image per kernel); entries: ")
+    assert "ubuntu22.04-5.15.0-139-generic-amd64" in found["gpu-stack:nodePools[0].nodeImage"]
 
 
 def test_all_problems_are_reported_together():

@@ -196,7 +196,6 @@ def test_managed_driver_image_and_driver_manager():
     assert manager["image"] == "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
     assert manager["args"] == ["uninstall_driver"]
     assert env_of(manager)["DRIVER_CONFIG_DIGEST"] == env_of(driver)["DRIVER_CONFIG_DIGEST"]
-    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.deploy.driver": "true"}
     assert ds["spec"]["template"]["spec"]["hostPID"] is True
 
@@ -207,21 +206,6 @@ def test_driver_digest_is_used_verbatim():
     config["gpu-stack:versions"] = {"driver": digest}
     ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset"]
     assert container(ds, "nvidia-driver-ctr")["image"] == f"nvcr.io/nvidia/driver@{digest}"
-
-
-def test_precompiled_renders_one_daemonset_per_kernel_with_kernel_selector():
-    config = stack_config("prod-managed")
-    config["gpu-stack:driver"] = {"mode": "precompiled", "branch": "580"}
-    config["gpu-stack:nodePools"][0]["kernel"] = "5.15.0-69-generic"
-    config["gpu-stack:nodePools"][1]["kernel"] = "6.8.0-1015-aws"
-    daemonsets = objects(render(config), "DaemonSet")
-    first = daemonsets["nvidia-driver-daemonset-5.15.0-69-generic-ubuntu22.04"]
-    second = daemonsets["nvidia-driver-daemonset-6.8.0-1015-aws-ubuntu22.04"]
-    assert container(first, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580-5.15.0-69-generic-ubuntu22.04"
-    assert first["spec"]["template"]["spec"]["nodeSelector"]["feature.node.kubernetes.io/kernel-version.full"] == "5.15.0-69-generic"
-    assert second["spec"]["template"]["metadata"]["labels"]["nvidia.com/precompiled"] == "true"
-    assert first["spec"]["selector"] != second["spec"]["selector"]
-    assert "nvidia-driver-daemonset" not in daemonsets
 
 
 def test_containerd_toolkit_env_and_runtime_mounts():
@@ -359,7 +343,7 @@ def test_daemonset_settings_apply_to_every_operand():
         assert spec["priorityClassName"] == "gpu-critical"
         assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "gpu"}]
         assert ds["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
-        if name != "nvidia-driver-daemonset":  # the driver is always OnDelete
+        if name != "nvidia-driver-daemonset":  # the driver rolls as gpu-stack:upgrade says (tests/test_driver.py)
             assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
 
 

@@ -1,0 +1,340 @@
+"""Driver modes and lifecycle: which driver DaemonSets a stack renders, what they select, how they roll out, and
+the order of upgrade waves."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from components.config import load_config
+from components.driver import DAEMONSET, daemonset_name, plan_targets, sanitize_kernel
+from gpustack.render import graph, manifests_yaml
+from node_images import catalog as node_image_catalog
+from stacktest import STACKS, bag, container, env_of, objects, render, render_stack, stack_config
+
+NVIDIA = "nvcr.io/nvidia/driver"
+POOL_LABEL = "gpu-stack/pool"
+KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
+
+
+def driver_daemonsets(recording) -> dict[str, dict[str, Any]]:
+    return {name: ds for name, ds in objects(recording, "DaemonSet").items() if name.startswith(DAEMONSET)}
+
+
+def served_pools(ds: dict[str, Any]) -> set[str] | None:
+    """The pools a driver DaemonSet's node affinity admits; None when it admits every pool."""
+    affinity = ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity")
+    if affinity is None:
+        return None
+    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (requirement,) = term["matchExpressions"]
+    assert requirement["key"] == POOL_LABEL and requirement["operator"] == "In"
+    return set(requirement["values"])
+
+
+def could_select_the_same_node(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    selector_a = a["spec"]["template"]["spec"]["nodeSelector"]
+    selector_b = b["spec"]["template"]["spec"]["nodeSelector"]
+    if any(key in selector_b and selector_b[key] != value for key, value in selector_a.items()):
+        return False
+    pools_a, pools_b = served_pools(a), served_pools(b)
+    return pools_a is None or pools_b is None or bool(pools_a & pools_b)
+
+
+def precompiled_config(entry: node_image_catalog.NodeImage, branch: str) -> dict[str, Any]:
+    config = stack_config("prod-precompiled")
+    config["gpu-stack:driver"]["branch"] = branch
+    config["gpu-stack:upgrade"].pop("waves")
+    config["gpu-stack:nodePools"] = [
+        {"name": "pool", "nodeSelector": {"pool": "a"}, "gpuModel": "H100-80GB", "nodeImage": entry.name}
+    ]
+    return config
+
+
+CATALOG = node_image_catalog.load_catalog()
+
+
+# --- precompiled: one DaemonSet per kernel, named, selected and tagged as the operator does ---------------------
+
+
+@pytest.mark.parametrize(
+    "entry,branch",
+    [(e, b) for e in CATALOG for b in CATALOG.branches],
+    ids=[f"{e.name}@{b}" for e in CATALOG for b in CATALOG.branches],
+)
+def test_every_catalog_image_resolves_to_its_published_or_private_tag(entry, branch):
+    (target,) = plan_targets(load_config(bag(precompiled_config(entry, branch))), NVIDIA)
+    tag = f"{branch}-{entry.kernel}-{entry.os_tag}"
+    expected = f"{NVIDIA}:{tag}" if node_image_catalog.is_published(entry, branch) else f"{entry.private_image}:{tag}"
+    assert target.image == expected
+    assert target.daemonset == f"nvidia-driver-daemonset-{sanitize_kernel(entry.kernel)}-{entry.os_tag}"
+    assert target.kernel == entry.kernel
+
+
+def test_a_registry_mirror_serves_published_images_but_not_private_ones():
+    config = stack_config("prod-precompiled")
+    config["gpu-stack:registry"]["override"] = "registry.dc1.platform.internal/nvcr"
+    images = {t.pools: t.image for t in plan_targets(load_config(bag(config)), "registry.dc1.platform.internal/nvcr/driver")}
+    assert images[("canary",)] == "registry.dc1.platform.internal/nvcr/driver:580-5.15.0-139-generic-ubuntu22.04"
+    assert images[("train-a100",)] == "harbor.platform.internal/gpu-stack/driver:580-6.5.0-45-generic-ubuntu22.04"
+
+
+def test_prod_precompiled_renders_one_daemonset_per_kernel_and_wave():
+    daemonsets = driver_daemonsets(render_stack("prod-precompiled"))
+    expected = {
+        "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04": (
+            "nvcr.io/nvidia/driver:580-5.15.0-139-generic-ubuntu22.04", "5.15.0-139-generic", {"canary"}),
+        "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04": (
+            "harbor.platform.internal/gpu-stack/driver:580-6.5.0-45-generic-ubuntu22.04", "6.5.0-45-generic", {"train-a100"}),
+        "nvidia-driver-daemonset-fleet-6.8.0-79-generic-ubuntu24.04": (
+            "nvcr.io/nvidia/driver:580-6.8.0-79-generic-ubuntu24.04", "6.8.0-79-generic", {"infer-l40s"}),
+    }
+    assert set(daemonsets) == set(expected)
+    for name, (image, kernel, pools) in expected.items():
+        ds = daemonsets[name]
+        spec = ds["spec"]["template"]["spec"]
+        assert container(ds, "nvidia-driver-ctr")["image"] == image
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.deploy.driver": "true", KERNEL_LABEL: kernel}
+        assert served_pools(ds) == pools
+        assert ds["spec"]["template"]["metadata"]["labels"]["nvidia.com/precompiled"] == "true"
+        assert ds["spec"]["selector"]["matchLabels"] == {"app": name}
+        # precompiled images only load modules: probed after 5 s, not 60 s
+        assert container(ds, "nvidia-driver-ctr")["startupProbe"]["initialDelaySeconds"] == 5
+
+
+def test_a_kernel_shared_by_two_pools_of_one_wave_gets_one_daemonset():
+    config = stack_config("prod-precompiled")
+    config["gpu-stack:nodePools"][2]["nodeImage"] = "ubuntu22.04-6.5.0-45-generic-amd64"
+    targets = plan_targets(load_config(bag(config)), NVIDIA)
+    assert [(t.daemonset, t.pools) for t in targets] == [
+        ("nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04", ("canary",)),
+        ("nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04", ("train-a100", "infer-l40s")),
+    ]
+
+
+# --- managed: one DaemonSet per OS tag; pools with their own driver get their own ----------------------------------
+
+
+def test_single_os_managed_stack_keeps_the_operator_daemonset_name():
+    ds = objects(render_stack("prod-managed"), "DaemonSet")["nvidia-driver-daemonset"]
+    assert container(ds, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+    assert served_pools(ds) == {"training-a100", "inference-l4"}
+
+
+def test_hybrid_stack_renders_one_daemonset_per_os_and_one_for_the_pinned_pool():
+    daemonsets = driver_daemonsets(render_stack("hybrid"))
+    assert {name: (container(ds, "nvidia-driver-ctr")["image"], served_pools(ds)) for name, ds in daemonsets.items()} == {
+        "nvidia-driver-daemonset-canary-ubuntu24.04": ("nvcr.io/nvidia/driver:595.91.07-ubuntu24.04", {"l40s"}),
+        "nvidia-driver-daemonset-rest-a10-legacy-rhel9": ("nvcr.io/nvidia/driver:580.126.20-rhel9", {"a10-legacy"}),
+    }
+    pinned = env_of(container(daemonsets["nvidia-driver-daemonset-rest-a10-legacy-rhel9"], "nvidia-driver-ctr"))
+    assert pinned["KERNEL_MODULE_TYPE"] == "proprietary" and "OPEN_KERNEL_MODULES_ENABLED" not in pinned
+
+
+def test_mixed_os_without_waves_names_each_daemonset_after_its_os():
+    config = stack_config("prod-managed")
+    config["gpu-stack:nodePools"][1]["os"] = "ubuntu24.04"
+    names = {t.daemonset: t.pools for t in plan_targets(load_config(bag(config)), NVIDIA)}
+    assert names == {
+        "nvidia-driver-daemonset-ubuntu22.04": ("training-a100",),
+        "nvidia-driver-daemonset-ubuntu24.04": ("inference-l4",),
+    }
+
+
+def test_host_driver_pools_get_no_driver_deploy_label_and_no_daemonset():
+    recording = render_stack("hybrid")
+    import json
+
+    pools = {
+        p["name"]: p
+        for p in json.loads(objects(recording, "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])["pools"]
+    }
+    assert "nvidia.com/gpu.deploy.driver" not in pools["dgx-h100"]["deployLabels"]
+    assert "nvidia.com/gpu.deploy.driver" in pools["l40s"]["deployLabels"]
+    # the rest of the container stack still lands on host-driver nodes
+    assert "nvidia.com/gpu.deploy.container-toolkit" in pools["dgx-h100"]["deployLabels"]
+    for ds in driver_daemonsets(recording).values():
+        assert "dgx-h100" not in served_pools(ds)
+
+
+def test_long_names_are_cut_to_a_label_value_and_stay_unique():
+    long_wave, long_pool = "w" * 20, "p" * 40
+    name = daemonset_name(long_wave, long_pool, "5.15.0-1068-aws", "ubuntu22.04")
+    assert len(name) <= 63 and name.startswith(f"{DAEMONSET}-{long_wave}-")
+    assert name != daemonset_name(long_wave, long_pool, "5.15.0-1069-aws", "ubuntu22.04")
+
+
+# --- no node is selected by two driver DaemonSets -----------------------------------------------------------------
+
+
+def adversarial_config() -> dict[str, Any]:
+    """Pools that share kernels and OS across waves, pin their own drivers and mix modes."""
+    config = stack_config("prod-precompiled")
+    pools = config["gpu-stack:nodePools"]
+    pools.append({"name": "canary-2", "nodeSelector": {"x": "2"}, "gpuModel": "L40S", "nodeImage": "ubuntu22.04-5.15.0-139-generic-amd64"})
+    pools.append({"name": "pinned", "nodeSelector": {"x": "3"}, "gpuModel": "L40S", "nodeImage": "ubuntu22.04-5.15.0-139-generic-amd64", "driver": {"branch": "595"}})
+    pools.append({"name": "managed", "nodeSelector": {"x": "4"}, "gpuModel": "L4", "os": "ubuntu22.04", "driver": {"mode": "managed"}})
+    pools.append({"name": "host", "nodeSelector": {"x": "5"}, "gpuModel": "L4", "os": "ubuntu22.04", "driver": {"mode": "host"}})
+    config["gpu-stack:upgrade"]["waves"] = [
+        {"name": "canary", "pools": ["canary", "canary-2"]},
+        {"name": "fleet", "pools": ["train-a100", "infer-l40s", "pinned"]},
+        {"name": "last", "pools": ["managed"]},
+    ]
+    return config
+
+
+@pytest.mark.parametrize("stack", [*STACKS, "adversarial"])
+def test_driver_daemonset_selectors_are_disjoint(stack):
+    recording = render(adversarial_config()) if stack == "adversarial" else render_stack(stack)
+    daemonsets = driver_daemonsets(recording)
+    for (name_a, a), (name_b, b) in itertools.combinations(daemonsets.items(), 2):
+        assert not could_select_the_same_node(a, b), f"{name_a} and {name_b} can both land on one node"
+
+
+def test_adversarial_stack_gives_each_pool_exactly_one_daemonset():
+    daemonsets = driver_daemonsets(render(adversarial_config()))
+    served = sorted(pool for ds in daemonsets.values() for pool in served_pools(ds))
+    assert served == sorted(["canary", "canary-2", "train-a100", "infer-l40s", "pinned", "managed"])
+    by_pools = {tuple(sorted(served_pools(ds))): name for name, ds in daemonsets.items()}
+    # 68 characters in full: cut to 63 with a hash, as the operator cuts its per-pool names
+    assert by_pools[("pinned",)] == "nvidia-driver-daemonset-fleet-pinned-5.15.0-139-generi-f4eb9252"
+    pinned = daemonsets[by_pools[("pinned",)]]
+    assert container(pinned, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595-5.15.0-139-generic-ubuntu22.04"
+    managed = daemonsets["nvidia-driver-daemonset-last-managed"]
+    assert container(managed, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+
+
+def test_the_same_input_always_renders_the_same_driver_plan():
+    config = load_config(bag(adversarial_config()))
+    assert plan_targets(config, NVIDIA) == plan_targets(config, NVIDIA)
+
+
+# --- upgrade policy -> k8s-driver-manager env and update strategy -------------------------------------------------
+
+
+def manager_env(ds: dict[str, Any]) -> dict[str, Any]:
+    return env_of(container(ds, "k8s-driver-manager"))
+
+
+def test_upgrade_policy_is_rendered_into_the_driver_manager_env():
+    for ds in driver_daemonsets(render_stack("prod-precompiled")).values():
+        env = manager_env(ds)
+        assert {k: env[k] for k in env if k.startswith(("ENABLE_", "DRAIN_"))} == {
+            "ENABLE_GPU_POD_EVICTION": "true",
+            "ENABLE_AUTO_DRAIN": "true",
+            "DRAIN_USE_FORCE": "false",
+            "DRAIN_POD_SELECTOR_LABEL": "gpu-stack.io/drain!=never",
+            "DRAIN_TIMEOUT_SECONDS": "900s",
+            "DRAIN_DELETE_EMPTYDIR_DATA": "true",
+        }
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0}}
+
+
+def test_default_upgrade_policy_evicts_gpu_pods_one_node_at_a_time():
+    ds = objects(render_stack("dev"), "DaemonSet")["nvidia-driver-daemonset"]
+    env = manager_env(ds)
+    assert (env["ENABLE_GPU_POD_EVICTION"], env["ENABLE_AUTO_DRAIN"], env["DRAIN_TIMEOUT_SECONDS"]) == ("true", "false", "300s")
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+
+def test_manual_strategy_leaves_driver_pods_until_someone_deletes_them():
+    config = stack_config("prod-managed")
+    config["gpu-stack:upgrade"] = {"strategy": "manual", "gpuPodEviction": False, "drain": {"force": True, "timeoutSeconds": 0}}
+    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset"]
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    env = manager_env(ds)
+    assert (env["ENABLE_GPU_POD_EVICTION"], env["DRAIN_USE_FORCE"], env["DRAIN_TIMEOUT_SECONDS"]) == ("false", "true", "0s")
+
+
+def test_other_operands_keep_the_daemonsets_update_strategy():
+    config = stack_config("prod-managed")
+    config["gpu-stack:daemonsets"] = {"maxUnavailable": "25%"}
+    daemonsets = objects(render(config), "DaemonSet")
+    assert daemonsets["nvidia-driver-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    assert daemonsets["nvidia-device-plugin-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
+
+
+# --- waves: order in graph.json -----------------------------------------------------------------------------------
+
+
+def closure(resources: dict[str, dict[str, Any]], urn: str) -> set[str]:
+    """Every resource `urn` waits for, directly or through its dependencies."""
+    seen: set[str] = set()
+    todo = list(resources[urn]["dependencies"])
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo += resources[current]["dependencies"]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def precompiled_graph() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    resources = {r["urn"]: r for r in graph(render_stack("prod-precompiled"))["resources"]}
+    by_name = {r["name"]: urn for urn, r in resources.items() if r["custom"]}
+    return resources, by_name
+
+
+CANARY = "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04"
+FLEET = ("nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04", "nvidia-driver-daemonset-fleet-6.8.0-79-generic-ubuntu24.04")
+GATE = "gpu-stack-wave-canary-validated"
+
+
+def test_fleet_daemonsets_wait_for_the_canary_gate_which_waits_for_the_canary_and_the_validator(precompiled_graph):
+    resources, by_name = precompiled_graph
+    for fleet in FLEET:
+        assert by_name[GATE] in resources[by_name[fleet]]["dependencies"]
+    gate_waits_for = closure(resources, by_name[GATE])
+    assert {by_name[CANARY], by_name["nvidia-operator-validator"], by_name["nvidia-device-plugin-daemonset"]} <= gate_waits_for
+    assert not {by_name[f] for f in FLEET} & gate_waits_for
+
+
+def test_nothing_the_validator_needs_waits_for_a_wave_gate(precompiled_graph):
+    resources, by_name = precompiled_graph
+    for name in (CANARY, "nvidia-operator-validator", "nvidia-container-toolkit-daemonset", "nvidia-device-plugin-daemonset"):
+        assert by_name[GATE] not in closure(resources, by_name[name]), name
+
+
+def test_stack_validation_waits_for_the_last_wave(precompiled_graph):
+    resources, by_name = precompiled_graph
+    assert {by_name[f] for f in FLEET} <= closure(resources, by_name["gpu-stack-validation"])
+
+
+def test_the_canary_gate_judges_the_canary_pools_and_daemonsets_strictly():
+    job = objects(render_stack("prod-precompiled"), "Job")[GATE]
+    env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    assert (env["MODE"], env["POOLS"], env["DRIVER_DAEMONSETS"], env["TIMEOUT_SECONDS"]) == ("strict", "canary", CANARY, "2700")
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-stack-wave-gate"
+    role = objects(render_stack("prod-precompiled"), "Role")["gpu-stack-wave-gate"]
+    daemonset_rule = next(r for r in role["rules"] if r["resources"] == ["daemonsets"])
+    assert daemonset_rule == {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": [CANARY]}
+
+
+def test_the_gate_reruns_exactly_when_its_wave_changes():
+    def gate_digest(config: dict[str, Any]) -> str:
+        return objects(render(config), "Job")[GATE]["metadata"]["annotations"]["gpu-stack/wave-digest"]
+
+    base = stack_config("prod-precompiled")
+    branch_bump = stack_config("prod-precompiled")
+    branch_bump["gpu-stack:driver"]["branch"] = "595"
+    fleet_only = stack_config("prod-precompiled")
+    fleet_only["gpu-stack:nodePools"][2]["nodeImage"] = "ubuntu22.04-5.15.0-139-generic-amd64"
+    assert gate_digest(branch_bump) != gate_digest(base)
+    assert gate_digest(fleet_only) == gate_digest(base)
+
+
+def test_one_wave_needs_no_gate():
+    config = stack_config("prod-precompiled")
+    config["gpu-stack:upgrade"]["waves"] = [{"name": "all", "pools": ["canary", "train-a100", "infer-l40s"]}]
+    recording = render(config)
+    assert not [name for name in objects(recording, "Job") if name.startswith("gpu-stack-wave-")]
+    assert len(driver_daemonsets(recording)) == 3
+
+
+def test_manifests_list_the_fleet_after_the_canary_gate():
+    text = manifests_yaml(render_stack("prod-precompiled"))
+    assert text.index(f"name: {CANARY}") < text.index(f"name: {GATE}") < text.index(f"name: {FLEET[0]}")
