@@ -27,6 +27,7 @@ test: $(VENV)/.installed  ## the whole test suite (what CI runs)
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/render.py
+	$(PY) benchmarks/upgrade.py
 
 golden: $(VENV)/.installed  ## rewrite tests/golden after an intended change
 	$(PY) tests/regenerate_golden.py

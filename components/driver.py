@@ -18,7 +18,10 @@ is, so k8s-driver-manager then keeps the loaded driver (fast path, fact sheet §
 
 Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
 k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver; `manual` renders
-OnDelete. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
+OnDelete. The driver container is Ready only once the node's validator wrote all its files (a readinessProbe,
+which the operator lets `driver.readinessProbe` configure): a rolling update then moves to the next node when
+this one can run GPU work again, not when its modules are merely loaded, so maxUnavailable bounds the nodes
+out of service, validation included. Nothing else reads the driver pod's readiness. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
 driver manager does the eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
 """
 
@@ -240,8 +243,15 @@ def config_digest(target: DriverTarget) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def driver_daemonset(ops: Operands, target: DriverTarget, upgrade: Upgrade, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+def driver_daemonset(
+    ops: Operands,
+    target: DriverTarget,
+    upgrade: Upgrade,
+    validated_files: Sequence[str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.apps.v1.DaemonSet:
     """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`."""
+    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in validated_files)
     digest = config_digest(target)
     driver_env = [
         NODE_NAME_ENV,
@@ -300,6 +310,13 @@ def driver_daemonset(ops: Operands, target: DriverTarget, upgrade: Upgrade, opts
             success_threshold=1,
             period_seconds=10,
             timeout_seconds=60,
+        ),
+        readiness_probe=ProbeArgs(
+            exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
+            period_seconds=10,
+            timeout_seconds=5,
+            success_threshold=1,
+            failure_threshold=1,
         ),
         lifecycle=LifecycleArgs(
             pre_stop=LifecycleHandlerArgs(
@@ -382,6 +399,7 @@ class Driver(pulumi.ComponentResource):
         ops: Operands,
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
+        validated_files: Sequence[str],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -395,5 +413,5 @@ class Driver(pulumi.ComponentResource):
             opts=child,
         )
         ds_opts = also_after(child, *rbac.resources, probe)
-        self.daemonsets = [driver_daemonset(ops, t, upgrade, ds_opts) for t in targets]
+        self.daemonsets = [driver_daemonset(ops, t, upgrade, validated_files, ds_opts) for t in targets]
         self.register_outputs({"daemonsets": [t.daemonset for t in targets], "images": [t.image for t in targets]})

@@ -59,6 +59,7 @@ class DriverWaves(pulumi.ComponentResource):
         gate_image: str,
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
+        validated_files: Sequence[str],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -91,7 +92,7 @@ class DriverWaves(pulumi.ComponentResource):
             )
             self.gates[before.name] = gate
             wave_opts = also_after(child, gate)
-            wave_sets = [driver_daemonset(ops, t, upgrade, wave_opts) for t in targets if t.wave == wave.name]
+            wave_sets = [driver_daemonset(ops, t, upgrade, validated_files, wave_opts) for t in targets if t.wave == wave.name]
             self.daemonsets += wave_sets
             previous = [gate, *wave_sets]
         self.register_outputs(

@@ -33,6 +33,7 @@ from components.prerequisites import RUNTIME_CLASS, PreRequisites
 from components.toolkit import ContainerToolkit, runtime_files
 from components.validation_gate import ValidationGate
 from components.validator import OperatorValidator
+from components.validator import ready_files as validator_ready_files
 
 
 def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
@@ -166,6 +167,9 @@ class GpuStack(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
+    def _validated_files(self) -> tuple[str, ...]:
+        return validator_ready_files(device_plugin=self._cfg.components.device_plugin)
+
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
         if not self._driver_targets:
             return None
@@ -174,6 +178,7 @@ class GpuStack(pulumi.ComponentResource):
             ops=self._ops,
             targets=first_wave(self._driver_targets, self._cfg.upgrade.waves),
             upgrade=self._cfg.upgrade,
+            validated_files=self._validated_files(),
             depends_on=after,
             opts=self._opts(),
         )
@@ -189,6 +194,7 @@ class GpuStack(pulumi.ComponentResource):
             gate_image=cfg.node_agent.image,
             targets=self._driver_targets,
             upgrade=cfg.upgrade,
+            validated_files=self._validated_files(),
             depends_on=after,
             opts=self._opts(),
         )

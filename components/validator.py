@@ -35,6 +35,14 @@ from components._k8s import (
 )
 
 NAME = "nvidia-operator-validator"
+
+
+def ready_files(*, device_plugin: bool) -> tuple[str, ...]:
+    """What the checks write under /run/nvidia/validations; all present means the node validated (the
+    validator's preStop removes them, so they never outlive its pod)."""
+    return ("driver-ready", "toolkit-ready", "cuda-ready", *(("plugin-ready",) if device_plugin else ()))
+
+
 APP_LABELS = {"app": NAME, consts.PART_OF: "gpu-operator"}
 
 ROLE_RULES = (

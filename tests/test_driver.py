@@ -338,3 +338,19 @@ def test_one_wave_needs_no_gate():
 def test_manifests_list_the_fleet_after_the_canary_gate():
     text = manifests_yaml(render_stack("prod-precompiled"))
     assert text.index(f"name: {CANARY}") < text.index(f"name: {GATE}") < text.index(f"name: {FLEET[0]}")
+
+
+def test_a_driver_pod_is_ready_only_once_its_node_validated():
+    """So a rolling update counts a node as unavailable until it can run GPU work again."""
+    for stack, files in (
+        ("prod-managed", ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]),
+        ("dev", ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]),
+    ):
+        ds = driver_daemonsets(render_stack(stack))["nvidia-driver-daemonset"]
+        probe = container(ds, "nvidia-driver-ctr")["readinessProbe"]
+        assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
+    config = stack_config("dev")
+    config["gpu-stack:components"] = {"devicePlugin": False}
+    probe = container(driver_daemonsets(render(config))["nvidia-driver-daemonset"], "nvidia-driver-ctr")["readinessProbe"]
+    # without a device plugin the validator has no plugin check, so it never writes plugin-ready
+    assert "plugin-ready" not in probe["exec"]["command"][2]
