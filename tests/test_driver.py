@@ -117,10 +117,24 @@ def test_a_kernel_shared_by_two_pools_of_one_wave_gets_one_daemonset():
 # --- managed: one DaemonSet per OS tag; pools with their own driver get their own ----------------------------------
 
 
+def without_waves(stack: str) -> dict[str, Any]:
+    config = stack_config(stack)
+    del config["gpu-stack:upgrade"]["waves"]
+    return config
+
+
 def test_single_os_managed_stack_keeps_the_operator_daemonset_name():
-    ds = objects(render_stack("prod-managed"), "DaemonSet")["nvidia-driver-daemonset"]
+    ds = objects(render(without_waves("prod-managed")), "DaemonSet")["nvidia-driver-daemonset"]
     assert container(ds, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
     assert served_pools(ds) == {"training-a100", "inference-l4"}
+
+
+def test_prod_managed_rolls_the_inference_canary_before_training():
+    daemonsets = driver_daemonsets(render_stack("prod-managed"))
+    assert {name: served_pools(ds) for name, ds in daemonsets.items()} == {
+        "nvidia-driver-daemonset-canary": {"inference-l4"},
+        "nvidia-driver-daemonset-training": {"training-a100"},
+    }
 
 
 def test_hybrid_stack_renders_one_daemonset_per_os_and_one_for_the_pinned_pool():
@@ -134,7 +148,7 @@ def test_hybrid_stack_renders_one_daemonset_per_os_and_one_for_the_pinned_pool()
 
 
 def test_mixed_os_without_waves_names_each_daemonset_after_its_os():
-    config = stack_config("prod-managed")
+    config = without_waves("prod-managed")
     config["gpu-stack:nodePools"][1]["os"] = "ubuntu24.04"
     names = {t.daemonset: t.pools for t in plan_targets(load_config(bag(config)), NVIDIA)}
     assert names == {
@@ -253,7 +267,7 @@ def test_other_operands_keep_the_daemonsets_update_strategy():
     config = stack_config("prod-managed")
     config["gpu-stack:daemonsets"] = {"maxUnavailable": "25%"}
     daemonsets = objects(render(config), "DaemonSet")
-    assert daemonsets["nvidia-driver-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    assert daemonsets["nvidia-driver-daemonset-canary"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 2
     assert daemonsets["nvidia-device-plugin-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
 
 
@@ -342,13 +356,11 @@ def test_manifests_list_the_fleet_after_the_canary_gate():
 
 def test_a_driver_pod_is_ready_only_once_its_node_validated():
     """So a rolling update counts a node as unavailable until it can run GPU work again."""
-    for stack, files in (
-        ("prod-managed", ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]),
-        ("dev", ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]),
-    ):
-        ds = driver_daemonsets(render_stack(stack))["nvidia-driver-daemonset"]
-        probe = container(ds, "nvidia-driver-ctr")["readinessProbe"]
-        assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
+    files = ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]
+    for stack in STACKS:
+        for ds in driver_daemonsets(render_stack(stack)).values():
+            probe = container(ds, "nvidia-driver-ctr")["readinessProbe"]
+            assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
     config = stack_config("dev")
     config["gpu-stack:components"] = {"devicePlugin": False}
     probe = container(driver_daemonsets(render(config))["nvidia-driver-daemonset"], "nvidia-driver-ctr")["readinessProbe"]

@@ -48,8 +48,8 @@ def test_every_state_is_applied_after_the_previous_enabled_state(stack, preview)
 def test_each_daemonset_is_parented_to_its_state_and_depends_on_the_previous_state(preview):
     recording = render_stack("prod-managed", preview=preview)
     chain = [
-        ("nvidia-driver-daemonset", "state-driver", "node-labeling", "gpu-stack-node-labeler"),
-        ("nvidia-container-toolkit-daemonset", "state-container-toolkit", "state-driver", "nvidia-driver-daemonset"),
+        ("nvidia-driver-daemonset-canary", "state-driver", "node-labeling", "gpu-stack-node-labeler"),
+        ("nvidia-container-toolkit-daemonset", "state-container-toolkit", "state-driver", "nvidia-driver-daemonset-canary"),
         ("nvidia-operator-validator", "state-operator-validation", "state-container-toolkit", "nvidia-container-toolkit-daemonset"),
         ("nvidia-device-plugin-daemonset", "state-device-plugin", "state-operator-validation", "nvidia-operator-validator"),
     ]
@@ -93,7 +93,7 @@ def test_daemonsets_wait_for_their_own_rbac_and_configmaps():
     recording = render_stack("prod-managed")
     plugin = dependency_names(recording, daemonset(recording, "nvidia-device-plugin-daemonset"))
     assert {"nvidia-device-plugin", "nvidia-device-plugin-entrypoint", "nvidia-device-plugin-configs"} <= plugin
-    driver = dependency_names(recording, daemonset(recording, "nvidia-driver-daemonset"))
+    driver = dependency_names(recording, daemonset(recording, "nvidia-driver-daemonset-canary"))
     assert {"nvidia-driver", "nvidia-driver-startup-probe"} <= driver
 
 
@@ -167,6 +167,7 @@ def test_validation_gate_timeout_bounds_the_job():
 def test_validation_off_renders_no_gate():
     config = stack_config("prod-managed")
     config["gpu-stack:validation"] = {"mode": "off"}
+    del config["gpu-stack:upgrade"]["waves"]  # waves are judged by validation
     recording = render(config)
     assert "Job" not in {r.inputs.get("kind") for r in recording.registrations if r.is_kubernetes_object}
     assert recording.outputs["validation"] == {"status": "off"}
@@ -187,7 +188,7 @@ def test_host_driver_renders_no_driver_and_chain_still_gates_on_driver_validatio
 
 
 def test_managed_driver_image_and_driver_manager():
-    ds = objects(render_stack("prod-managed"), "DaemonSet")["nvidia-driver-daemonset"]
+    ds = objects(render_stack("prod-managed"), "DaemonSet")["nvidia-driver-daemonset-training"]
     driver = container(ds, "nvidia-driver-ctr")
     assert driver["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
     assert env_of(driver)["KERNEL_MODULE_TYPE"] == "open"
@@ -204,7 +205,7 @@ def test_driver_digest_is_used_verbatim():
     config = stack_config("prod-managed")
     digest = "sha256:" + "a" * 64
     config["gpu-stack:versions"] = {"driver": digest}
-    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset"]
+    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset-training"]
     assert container(ds, "nvidia-driver-ctr")["image"] == f"nvcr.io/nvidia/driver@{digest}"
 
 
@@ -343,7 +344,7 @@ def test_daemonset_settings_apply_to_every_operand():
         assert spec["priorityClassName"] == "gpu-critical"
         assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "gpu"}]
         assert ds["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
-        if name != "nvidia-driver-daemonset":  # the driver rolls as gpu-stack:upgrade says (tests/test_driver.py)
+        if not name.startswith("nvidia-driver-daemonset"):  # the driver rolls as gpu-stack:upgrade says (tests/test_driver.py)
             assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
 
 
