@@ -43,6 +43,62 @@ class GpuModel:
     memory_gib: int
     mig_capable: bool
 
+    @property
+    def driver(self) -> "DriverSupport":
+        return DRIVER_SUPPORT[self.name]
+
+
+KERNEL_MODULE_RULES = ("any", "open-only", "proprietary-only")
+
+
+@dataclass(frozen=True)
+class DriverSupport:
+    """Which driver branches and kernel modules run a GPU model."""
+
+    min_branch: int
+    max_branch: int | None = None  # the last branch that still supports it
+    kernel_modules: str = "any"  # one of KERNEL_MODULE_RULES
+
+    def branch_problem(self, branch: int) -> str | None:
+        if branch < self.min_branch:
+            return f"needs driver branch {self.min_branch} or later"
+        if self.max_branch is not None and branch > self.max_branch:
+            return f"is supported up to driver branch {self.max_branch} only"
+        return None
+
+    def module_problem(self, kernel_module_type: str) -> str | None:
+        if self.kernel_modules == "open-only" and kernel_module_type == "proprietary":
+            return "runs only on the open kernel modules (use 'open' or 'auto')"
+        if self.kernel_modules == "proprietary-only" and kernel_module_type == "open":
+            return "predates Turing, so the open kernel modules do not drive it (use 'proprietary' or 'auto')"
+        return None
+
+
+# First branch whose NVIDIA/open-gpu-kernel-modules README lists the model's PCI id in "Compatible GPUs" (the
+# table starts at 515.48.07, so Turing and Ampere read 515: the open modules cover "any Turing or later GPU").
+# Volta never had open modules, and its ids leave the driver's name table at 590 (R580 is its last branch).
+# Grace Hopper and Blackwell are supported on the open modules only (NVIDIA's R560 announcement).
+DRIVER_SUPPORT: dict[str, DriverSupport] = {
+    "V100": DriverSupport(515, max_branch=580, kernel_modules="proprietary-only"),
+    "T4": DriverSupport(515),
+    "A10": DriverSupport(515),
+    "A30": DriverSupport(515),
+    "A100-40GB": DriverSupport(515),
+    "A100-80GB": DriverSupport(515),
+    "L4": DriverSupport(525),
+    "L40S": DriverSupport(535),
+    "H100-80GB": DriverSupport(525),
+    "H100-NVL": DriverSupport(535),
+    "H100-96GB": DriverSupport(535),
+    "H200": DriverSupport(550),
+    "GH200": DriverSupport(565, kernel_modules="open-only"),
+    "B200": DriverSupport(570, kernel_modules="open-only"),
+    "GB200": DriverSupport(570, kernel_modules="open-only"),
+    "B300": DriverSupport(580, kernel_modules="open-only"),
+    "GB300": DriverSupport(580, kernel_modules="open-only"),
+    "RTX-PRO-6000": DriverSupport(575, kernel_modules="open-only"),
+}
+
 
 # PCI ids follow the device filters of the operator's default-mig-parted-config (fact sheet §6.5) where the
 # model is MIG-capable; the MIG profile table itself arrives with the MIG catalog.

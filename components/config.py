@@ -896,10 +896,6 @@ def _mig_layout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
-# Blackwell GPUs are supported by the open kernel modules only (fact sheet §4.1).
-OPEN_MODULES_ONLY = ("blackwell",)
-
-
 def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
     """A pool's OS, node image and driver keys against its effective driver mode."""
     problems: list[tuple[str, str]] = []
@@ -919,9 +915,19 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
         problems.append((f"{here}.driver.{key}", f"not used by driver mode {plan.mode!r}; it takes: {', '.join(sorted(takes))}"))
     if plan.mode == "host":
         return problems
-    if plan.kernel_module_type == "proprietary" and pool.model.architecture in OPEN_MODULES_ONLY:
+    support = pool.model.driver
+    module_problem = support.module_problem(plan.kernel_module_type)
+    if module_problem:
         key = f"{here}.driver.kernelModuleType" if own.kernel_module_type else f"{NAMESPACE}:driver.kernelModuleType"
-        problems.append((key, f"{pool.gpu_model} ({pool.model.architecture}) runs only on the open kernel modules; use 'open' or 'auto'"))
+        problems.append((key, f"{pool.gpu_model} ({pool.model.architecture}) {module_problem}"))
+    branch = plan.branch if plan.mode == "precompiled" else plan.version.split(".")[0]
+    branch_problem = support.branch_problem(int(branch)) if branch.isdigit() else None
+    if branch_problem:
+        if plan.mode == "precompiled":
+            key = f"{here}.driver.branch" if own.branch else f"{NAMESPACE}:driver.branch"
+        else:
+            key = f"{here}.driver.version" if own.version else f"{NAMESPACE}:versions.driver"
+        problems.append((key, f"{pool.gpu_model} {branch_problem}; this pool's driver is branch {branch}"))
     if plan.mode == "precompiled":
         if image is None:
             problems.append(

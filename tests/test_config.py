@@ -236,6 +236,10 @@ BAD = [
     ("waves without node labeller", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:upgrade.waves", "components.nodeLabeler: true"),
     ("waves without validation", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:validation": {"mode": "off"}}), "gpu-stack:upgrade.waves", "cannot be 'off'"),
     ("mixed OS without node labeller", lambda c: c[P][1].update(os="ubuntu24.04") or c.update({"gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:components.nodeLabeler", "different OS images"),
+    ("V100 past its last branch", setter(P, 0, "gpuModel", value="V100"), "gpu-stack:versions.driver", "V100 is supported up to driver branch 580 only; this pool's driver is branch 595"),
+    ("open modules on Volta", setter(P, 0, "gpuModel", value="V100"), "gpu-stack:driver.kernelModuleType", "V100 (volta) predates Turing, so the open kernel modules do not drive it"),
+    ("B200 on a branch before its first", lambda c: c[P][0].update(gpuModel="B200", driver={"version": "550.144.03"}), "gpu-stack:nodePools[0].driver.version", "B200 needs driver branch 570 or later; this pool's driver is branch 550"),
+    ("proprietary on Grace Hopper", lambda c: c[P][0].update(gpuModel="GH200", driver={"kernelModuleType": "proprietary"}), "gpu-stack:nodePools[0].driver.kernelModuleType", "GH200 (hopper) runs only on the open kernel modules"),
     ("driver keys on a VM pool", lambda c: c[P][1].update(workloadType="vm-passthrough", sharing={}, driver={"mode": "host"}), "gpu-stack:nodePools[1].driver", "vm-passthrough pools take no container driver"),
 ]
 
