@@ -1,7 +1,7 @@
 """`python -m gpustack render|check --stack NAME|PATH`: the stack without a cluster, for reviewers and CI.
 
 Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation);
-2 the stack configuration is invalid (message on stderr, nothing written).
+2 the stack configuration or its policy pack config is invalid (message on stderr, nothing written).
 """
 
 from __future__ import annotations
@@ -17,9 +17,13 @@ import yaml
 from components.config import ConfigError, StackConfig, load_config, stack_file_config
 from gpustack import render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
-from gpustack.policyrun import Violation, has_mandatory, pack_config, pack_policies, run_policies
+from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
 EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG = 0, 1, 2
+POLICY_CONFIG_HELP = (
+    "policy pack config, as `pulumi preview --policy-pack-config FILE` takes it "
+    f"(default: {config_path('<stack>').relative_to(PROJECT_DIR)} when it exists)"
+)
 
 
 class StackFileError(Exception):
@@ -51,15 +55,18 @@ def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
     return name, bag, load_config(bag)
 
 
-def evaluate(ref: str, preview: bool) -> tuple[StackConfig, Recording, list[Violation]]:
+def evaluate(ref: str, preview: bool, policy_config: Optional[str] = None) -> tuple[StackConfig, Recording, list[Violation]]:
     name, bag, cfg = load_stack(ref)
+    if policy_config is not None and not Path(policy_config).is_file():
+        raise PolicyConfigError(f"policy pack config {policy_config} does not exist")
+    settings = pack_config(name, path=Path(policy_config) if policy_config else None)
     recording = run_program(name, bag, preview=preview)
-    violations = run_policies(recording, pack_policies(), pack_config(name))
+    violations = run_policies(recording, pack_policies(), settings)
     return cfg, recording, violations
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    cfg, recording, violations = evaluate(args.stack, args.preview)
+    cfg, recording, violations = evaluate(args.stack, args.preview, args.policy_config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifests.yaml").write_text(render.manifests_yaml(recording))
@@ -72,7 +79,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    cfg, recording, violations = evaluate(args.stack, args.preview)
+    cfg, recording, violations = evaluate(args.stack, args.preview, args.policy_config)
     versions = cfg.cluster.kubernetes_versions
     rows, problems = [], []
     for _, obj in render.objects_in_order(recording):
@@ -110,15 +117,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     render_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
     render_parser.add_argument("--out", required=True, help="output directory")
     render_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
+    render_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     render_parser.set_defaults(run=cmd_render)
     check_parser = sub.add_parser("check", help="validate a stack in memory: schemas per Kubernetes version, policies")
     check_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
     check_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
+    check_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     check_parser.set_defaults(run=cmd_check)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ConfigError, StackFileError) as exc:
+    except (ConfigError, StackFileError, PolicyConfigError) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
 

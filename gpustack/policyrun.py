@@ -1,38 +1,52 @@
-"""Run the CrossGuard pack in `policies/` over a Recording, the way `pulumi preview --policy-pack` would.
+"""Run the CrossGuard pack in `policies/` over a Recording through pulumi-policy's own analyzer.
 
-Resource policies see each registration's inputs; stack policies see every resource with parent and
-dependencies resolved to objects. Enforcement follows pulumi-policy's precedence: the stack's pack config
-(`policies/config/<stack>.json`, the file a user passes as --policy-pack-config) over the policy's own level
-over the pack default (advisory).
+`pulumi preview --policy-pack policies` starts the pack's analyzer (pulumi-policy's `_PolicyAnalyzerServicer`,
+behind gRPC) and the engine calls it: `GetAnalyzerInfo`, then `Configure` with the pack config, `Analyze` for
+every resource (inputs) and `AnalyzeStack` once with every resource, its parent and dependencies. This module
+plays the engine's part against the same servicer, in-process, so enforcement levels, config, not-applicable
+results and unknown values during preview behave exactly as under the CLI; only the gRPC transport is left out.
+
+Configuration follows the engine (`ReconcilePolicyPackConfig`): each policy starts from its own level (or the
+pack default) and its schema defaults; an `all` level applies next, then each policy's entry from the stack's
+file (`policies/config/<stack>.json`, what a user passes as --policy-pack-config); the result is validated
+against each policy's JSON schema. One deliberate difference: a key a policy does not declare, or a stack file
+naming a policy the pack does not have, is an error here, where the CLI ignores it, so a misspelt setting fails
+CI instead of silently doing nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from pulumi_policy import (
-    EnforcementLevel,
-    Policy,
-    PolicyCustomTimeouts,
-    PolicyResource,
-    PolicyResourceOptions,
-    ResourceValidationArgs,
-    ResourceValidationPolicy,
-    StackValidationArgs,
-    StackValidationPolicy,
-)
-from pulumi_policy.policy import _NotApplicableError
+import jsonschema
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime import proto
+from pulumi_policy import EnforcementLevel, Policy
+from pulumi_policy.policy import _PolicyAnalyzerServicer
 
 from gpustack.mockrun import PROJECT_DIR, Recording, Registration
 
 POLICY_DIR = PROJECT_DIR / "policies"
-PACK_DEFAULT = EnforcementLevel.ADVISORY
+CONFIG_DIR = POLICY_DIR / "config"
+# PolicyPack reports this version whatever PulumiPolicy.yaml says; diagnostics carry it.
+PACK_VERSION = "0.0.1"
+ALL_POLICIES = "all"
+
+_LEVEL_TO_WIRE = {
+    EnforcementLevel.ADVISORY: proto.ADVISORY,
+    EnforcementLevel.MANDATORY: proto.MANDATORY,
+    EnforcementLevel.REMEDIATE: proto.REMEDIATE,
+    EnforcementLevel.DISABLED: proto.DISABLED,
+}
+_WIRE_TO_LEVEL = {wire: level for level, wire in _LEVEL_TO_WIRE.items()}
+
+
+class PolicyConfigError(Exception):
+    """The pack config cannot be used; the message names the file, policy and key."""
 
 
 @dataclass(frozen=True)
@@ -46,99 +60,166 @@ class Violation:
         return {"policy": self.policy, "enforcement": self.enforcement, "urn": self.urn, "message": self.message}
 
 
-def pack_policies() -> list[Policy]:
+def _import_pack() -> Any:
     if str(POLICY_DIR) not in sys.path:
         sys.path.insert(0, str(POLICY_DIR))
-    from gpu_stack_policies import POLICIES
+    import gpu_stack_policies
 
-    return list(POLICIES)
-
-
-def pack_config(stack: str, config_dir: Path = POLICY_DIR / "config") -> dict[str, Any]:
-    path = config_dir / f"{stack}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return gpu_stack_policies
 
 
-def _level(policy: Policy, config: dict[str, Any]) -> EnforcementLevel:
-    entry = config.get(policy.name, config.get("all"))
-    if isinstance(entry, str):
-        return EnforcementLevel(entry)
-    if isinstance(entry, dict) and "enforcementLevel" in entry:
-        return EnforcementLevel(entry["enforcementLevel"])
-    return policy.enforcement_level or PACK_DEFAULT
+def pack_policies() -> list[Policy]:
+    return list(_import_pack().POLICIES)
 
 
-def _policy_config(policy: Policy, config: dict[str, Any]) -> dict[str, Any]:
-    entry = config.get(policy.name)
-    return {k: v for k, v in entry.items() if k != "enforcementLevel"} if isinstance(entry, dict) else {}
+def config_path(stack: str, config_dir: Path = CONFIG_DIR) -> Path:
+    return config_dir / f"{stack}.json"
 
 
-def _options(registration: Registration) -> PolicyResourceOptions:
-    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], parent=registration.parent or None)
+def pack_config(stack: str, config_dir: Path = CONFIG_DIR, path: Optional[Path] = None) -> dict[str, Any]:
+    """The stack's --policy-pack-config document, or {} when the stack has none."""
+    path = path or config_path(stack, config_dir)
+    if not path.exists():
+        return {}
+    try:
+        document = json.loads(path.read_text())
+    except ValueError as error:
+        raise PolicyConfigError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise PolicyConfigError(f"{path}: expected an object keyed by policy name")
+    known = {p.name for p in pack_policies()}
+    unknown = sorted(set(document) - known - {ALL_POLICIES})
+    if unknown:
+        raise PolicyConfigError(f"{path}: the pack has no policy {', '.join(unknown)} (policies: {', '.join(sorted(known))})")
+    return document
 
 
-def _call(validate: Any, args: Any, report: Any) -> None:
-    result = validate(args, report)
-    if inspect.isawaitable(result):
-        asyncio.new_event_loop().run_until_complete(result)
+def _level(value: Any, where: str) -> EnforcementLevel:
+    try:
+        return EnforcementLevel(value)
+    except ValueError:
+        allowed = ", ".join(level.value for level in EnforcementLevel)
+        raise PolicyConfigError(f"{where}: enforcement level {value!r} is not one of {allowed}") from None
 
 
-def _validators(policy: Policy) -> list[Any]:
-    validate = getattr(policy, "validate", None)
-    if validate is None:
-        return []
-    return list(validate) if isinstance(validate, list) else [validate]
+def reconcile_config(info: Any, config: dict[str, Any]) -> dict[str, tuple[EnforcementLevel, dict[str, Any]]]:
+    """Each policy's effective level and properties, as the engine computes them before `Configure`."""
+    schemas = {}
+    result: dict[str, tuple[EnforcementLevel, dict[str, Any]]] = {}
+    for policy in info.policies:
+        schema = json_format.MessageToDict(policy.configSchema, preserving_proto_field_name=True)
+        properties = schema.get("properties", {})
+        schemas[policy.name] = {"type": "object", "properties": properties, "required": schema.get("required", [])}
+        defaults = {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+        result[policy.name] = (_WIRE_TO_LEVEL[policy.enforcementLevel], defaults)
+
+    problems = []
+    everything = config.get(ALL_POLICIES)
+    all_level = everything.get("enforcementLevel") if isinstance(everything, dict) else everything
+    if all_level is not None:
+        level = _level(all_level, ALL_POLICIES)
+        result = {name: (level, properties) for name, (_, properties) in result.items()}
+    for name, entry in config.items():
+        if name == ALL_POLICIES:
+            continue
+        if name not in result:
+            continue  # a policy this run leaves out (tests run subsets); pack_config checks names against the pack
+        level, properties = result[name]
+        if isinstance(entry, str):
+            level = _level(entry, name)
+        elif isinstance(entry, dict):
+            given = dict(entry)
+            if "enforcementLevel" in given:
+                level = _level(given.pop("enforcementLevel"), name)
+            declared = schemas[name]["properties"]
+            for key in sorted(set(given) - set(declared)):
+                problems.append(f"{name}: unknown key {key!r} (known: {', '.join(sorted(declared)) or 'none'})")
+            properties = {**properties, **given}
+        else:
+            problems.append(f"{name}: expected an enforcement level or an object, got {entry!r}")
+            continue
+        result[name] = (level, properties)
+    for name, (_, properties) in result.items():
+        validator = jsonschema.Draft7Validator(schemas[name])
+        for error in sorted(validator.iter_errors(properties), key=lambda e: [str(p) for p in e.absolute_path]):
+            path = ".".join(str(p) for p in error.absolute_path)
+            problems.append(f"{name}{'.' + path if path else ''}: {error.message}")
+    if problems:
+        raise PolicyConfigError("invalid policy pack config:\n  " + "\n  ".join(problems))
+    return result
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(value)
+    return struct
+
+
+def _options(registration: Registration) -> proto.AnalyzerResourceOptions:
+    return proto.AnalyzerResourceOptions(parent=registration.parent or "")
+
+
+def _provider(registration: Registration, by_urn: dict[str, Registration]) -> Optional[proto.AnalyzerProviderResource]:
+    # A provider reference is "<urn>::<id>"; the engine sends the provider's inputs along.
+    provider = by_urn.get(registration.provider.rsplit("::", 1)[0]) if registration.provider else None
+    if provider is None:
+        return None
+    properties = _struct(provider.inputs)
+    return proto.AnalyzerProviderResource(type=provider.type, properties=properties, urn=provider.urn, name=provider.name)
+
+
+def _violations(response: Any, default_urn: str) -> list[Violation]:
+    found = []
+    for diagnostic in response.diagnostics:
+        message = diagnostic.message
+        # The analyzer prefixes the policy's description; the report keeps what the policy said.
+        prefix = diagnostic.description + "\n"
+        if diagnostic.description and message.startswith(prefix):
+            message = message[len(prefix) :]
+        level = _WIRE_TO_LEVEL[diagnostic.enforcementLevel].value
+        found.append(Violation(diagnostic.policyName, level, diagnostic.urn or default_urn, message))
+    return found
 
 
 def run_policies(recording: Recording, policies: Sequence[Policy], config: Optional[dict[str, Any]] = None) -> list[Violation]:
-    config = config or {}
+    """Every violation the pack reports for the recorded stack: resource policies first, in registration order,
+    then stack policies."""
+    if not policies:
+        return []
+    pack = _import_pack()
+    servicer = _PolicyAnalyzerServicer(pack.PACK_NAME, PACK_VERSION, list(policies), pack.PACK_ENFORCEMENT)
+    effective = reconcile_config(servicer.GetAnalyzerInfo(empty_pb2.Empty(), None), config or {})
+    servicer.Configure(
+        proto.ConfigureAnalyzerRequest(
+            policyConfig={
+                name: proto.PolicyConfig(enforcementLevel=_LEVEL_TO_WIRE[level], properties=_struct(properties))
+                for name, (level, properties) in effective.items()
+            }
+        ),
+        None,
+    )
+    by_urn = recording.by_urn()
     violations: list[Violation] = []
-    stack_resources = _stack_resources(recording)
-    for policy in policies:
-        level = _level(policy, config)
-        if level == EnforcementLevel.DISABLED:
-            continue
-        settings = _policy_config(policy, config)
-        if isinstance(policy, ResourceValidationPolicy):
-            for registration in recording.registrations:
-                args = ResourceValidationArgs(
-                    registration.type, registration.inputs, registration.urn, registration.name, _options(registration), None, settings
-                )
-
-                def report(
-                    message: str, urn: Optional[str] = None, _r: Registration = registration, _p: Policy = policy, _l: EnforcementLevel = level
-                ) -> None:
-                    violations.append(Violation(_p.name, _l.value, _r.urn, message))
-
-                for validate in _validators(policy):
-                    try:
-                        _call(validate, args, report)
-                    except _NotApplicableError:
-                        pass
-        elif isinstance(policy, StackValidationPolicy):
-            args = StackValidationArgs(stack_resources, settings)
-
-            def report_stack(message: str, urn: Optional[str] = None, _p: Policy = policy, _l: EnforcementLevel = level) -> None:
-                violations.append(Violation(_p.name, _l.value, urn or "", message))
-
-            for validate in _validators(policy):
-                try:
-                    _call(validate, args, report_stack)
-                except _NotApplicableError:
-                    pass
+    stack_resources = []
+    for r in recording.registrations:
+        provider, properties = _provider(r, by_urn), _struct(r.inputs)
+        request = proto.AnalyzeRequest(type=r.type, properties=properties, urn=r.urn, name=r.name, options=_options(r), provider=provider)
+        violations += _violations(servicer.Analyze(request, None), r.urn)
+        stack_resources.append(
+            proto.AnalyzerResource(
+                type=r.type,
+                properties=properties,
+                urn=r.urn,
+                name=r.name,
+                options=_options(r),
+                provider=provider,
+                parent=r.parent,
+                dependencies=list(dict.fromkeys(r.dependencies)),
+                propertyDependencies={k: proto.AnalyzerPropertyDependencies(urns=v) for k, v in r.property_dependencies.items()},
+            )
+        )
+    violations += _violations(servicer.AnalyzeStack(proto.AnalyzeStackRequest(resources=stack_resources), None), "")
     return violations
-
-
-def _stack_resources(recording: Recording) -> list[PolicyResource]:
-    resources: dict[str, PolicyResource] = {}
-    for r in recording.registrations:
-        resources[r.urn] = PolicyResource(r.type, r.inputs, r.urn, r.name, _options(r), None, None, [], {})
-    for r in recording.registrations:
-        resource = resources[r.urn]
-        resource.parent = resources.get(r.parent)
-        resource.dependencies = [resources[d] for d in r.dependencies if d in resources]
-        resource.property_dependencies = {k: [resources[d] for d in v if d in resources] for k, v in r.property_dependencies.items()}
-    return list(resources.values())
 
 
 def has_mandatory(violations: Sequence[Violation]) -> bool:

@@ -1,8 +1,35 @@
-"""Every policy of the gpu-stack pack, in one list. The invariants themselves (one workload type per node,
-state order, MIG layouts, pinned images, least-privilege RBAC, ...) are added here as modules beside this file."""
+"""Every policy of the gpu-stack pack, in one list, one module per policy (`drivers.py` and `objects.py` are the
+shared readers)."""
 
 from __future__ import annotations
 
-from pulumi_policy import Policy
+from pulumi_policy import EnforcementLevel, Policy
 
-POLICIES: list[Policy] = []
+from gpu_stack_policies import (
+    cdi,
+    gpu_quota,
+    images,
+    mig_layouts,
+    privileged,
+    rbac,
+    sharing,
+    state_order,
+    workload_types,
+)
+
+# Shared by policies/__main__.py and the offline runner (gpustack/policyrun.py), so both run the same pack.
+PACK_NAME = "gpu-stack"
+# Policies without a level of their own; every policy here sets one.
+PACK_ENFORCEMENT = EnforcementLevel.ADVISORY
+
+POLICIES: list[Policy] = [
+    workload_types.POLICY,
+    state_order.POLICY,
+    mig_layouts.POLICY,
+    images.POLICY,
+    privileged.POLICY,
+    rbac.POLICY,
+    cdi.POLICY,
+    sharing.POLICY,
+    gpu_quota.POLICY,
+]

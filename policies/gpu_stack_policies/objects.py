@@ -1,0 +1,252 @@
+"""Reading rendered Kubernetes objects the way every policy needs them.
+
+Policies receive resource properties through pulumi-policy's proxies (read-only Mappings and Sequences whose
+numbers are floats, camelCase as on the wire), in `pulumi preview` as in the offline run. These helpers never
+assume a field is present: a policy that cannot find what it checks says so in its message instead of
+raising.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+from gpu_stack_policies import _project  # noqa: F401  (puts the repository root on sys.path)
+from components import consts
+
+KUBERNETES_PREFIX = "kubernetes:"
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+# Kinds whose objects carry a pod template; CronJob nests it one level deeper.
+POD_TEMPLATE_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "ReplicationController", "Job")
+
+# gpu-stack's node labeller ConfigMap: the pools in match order, each with its GPU model, node selector and the
+# labels the node agent writes (node_images/node-agent reads the same document).
+NODE_POOLS_KEY = "node-pools.json"
+# Gate Jobs run the node agent's `wait-validated`; the stack-wide gate also carries this label.
+VALIDATES_LABEL = "gpu-stack/validates"
+WAIT_VALIDATED = "wait-validated"
+VALIDATOR_DAEMONSET = "nvidia-operator-validator"
+SKIP_AWAIT = consts.SKIP_AWAIT
+
+
+def mapping(value: Any) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+def items(value: Any) -> list:
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else []
+
+
+def kind_of(resource_type: str) -> Optional[str]:
+    """`kubernetes:apps/v1:DaemonSet` -> `DaemonSet`; None for anything that is not a Kubernetes object."""
+    if not resource_type.startswith(KUBERNETES_PREFIX) or resource_type == HELM_RELEASE_TYPE:
+        return None
+    return resource_type.rsplit(":", 1)[-1]
+
+
+def metadata(props: Mapping) -> Mapping:
+    return mapping(props.get("metadata"))
+
+
+def name_of(props: Mapping, fallback: str = "?") -> str:
+    return str(metadata(props).get("name") or fallback)
+
+
+def namespace_of(props: Mapping) -> Optional[str]:
+    namespace = metadata(props).get("namespace")
+    return str(namespace) if namespace else None
+
+
+def labels_of(props: Mapping) -> Mapping:
+    return mapping(metadata(props).get("labels"))
+
+
+def annotations_of(props: Mapping) -> Mapping:
+    return mapping(metadata(props).get("annotations"))
+
+
+def describe(kind: str, props: Mapping, fallback_name: str = "?") -> str:
+    """`DaemonSet gpu-operator/nvidia-driver-daemonset`: how every message names the object it is about."""
+    namespace = namespace_of(props)
+    name = name_of(props, fallback_name)
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def pod_spec(kind: Optional[str], props: Mapping) -> Optional[Mapping]:
+    spec = mapping(props.get("spec"))
+    if kind in POD_TEMPLATE_KINDS:
+        return mapping(mapping(spec.get("template")).get("spec"))
+    if kind == "CronJob":
+        job = mapping(mapping(spec.get("jobTemplate")).get("spec"))
+        return mapping(mapping(job.get("template")).get("spec"))
+    if kind == "Pod":
+        return spec
+    return None
+
+
+@dataclass(frozen=True)
+class Container:
+    spec: Mapping
+    init: bool
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name") or "?")
+
+    @property
+    def image(self) -> Optional[str]:
+        image = self.spec.get("image")
+        return str(image) if image else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Literal env values; values from fields or secrets are left out (no policy reads those)."""
+        values = {}
+        for entry in items(self.spec.get("env")):
+            entry = mapping(entry)
+            if "value" in entry and entry.get("name"):
+                values[str(entry["name"])] = str(entry["value"])
+        return values
+
+    @property
+    def security_context(self) -> Mapping:
+        return mapping(self.spec.get("securityContext"))
+
+
+def containers(spec: Mapping) -> list[Container]:
+    found = [Container(mapping(c), True) for c in items(spec.get("initContainers"))]
+    found += [Container(mapping(c), False) for c in items(spec.get("containers"))]
+    found += [Container(mapping(c), False) for c in items(spec.get("ephemeralContainers"))]
+    return found
+
+
+def node_selector(spec: Mapping) -> dict[str, str]:
+    return {str(k): str(v) for k, v in mapping(spec.get("nodeSelector")).items()}
+
+
+def deploy_components(spec: Mapping) -> set[str]:
+    """The `nvidia.com/gpu.deploy.<component>=true` labels a pod requires of its node."""
+    return {
+        key[len(consts.DEPLOY_PREFIX) :]
+        for key, value in node_selector(spec).items()
+        if key.startswith(consts.DEPLOY_PREFIX) and value == "true" and key != consts.DEPLOY_OPERANDS
+    }
+
+
+def required_label_values(spec: Mapping, key: str) -> Optional[set[str]]:
+    """Values a node's `key` label may take under the pod's required node affinity (terms are ORed, the
+    expressions of a term ANDed); None when the affinity does not constrain `key`."""
+    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
+    terms = items(mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    allowed: set[str] = set()
+    for term in terms:
+        term_values: Optional[set[str]] = None
+        for expression in items(mapping(term).get("matchExpressions")):
+            expression = mapping(expression)
+            if expression.get("key") == key and expression.get("operator") == "In":
+                values = {str(v) for v in items(expression.get("values"))}
+                term_values = values if term_values is None else term_values & values
+        if term_values is None:
+            return None  # one term leaves `key` free, and terms are ORed
+        allowed |= term_values
+    return allowed if terms else None
+
+
+def config_map_data(props: Mapping) -> Mapping:
+    return mapping(props.get("data"))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One entry of the node labeller's pools document."""
+
+    name: str
+    gpu_model: Optional[str]
+    node_selector: dict[str, str]
+    deploy_labels: tuple[str, ...]
+    labels: dict[str, str]
+
+    @property
+    def workload_type(self) -> str:
+        return self.labels.get(consts.WORKLOAD_CONFIG, "container")
+
+    @property
+    def deploy_components(self) -> set[str]:
+        return {label[len(consts.DEPLOY_PREFIX) :] for label in self.deploy_labels if label.startswith(consts.DEPLOY_PREFIX)}
+
+
+class PoolsDocumentError(ValueError):
+    pass
+
+
+def node_pools(props: Mapping) -> Optional[list[Pool]]:
+    """The pools of a ConfigMap carrying the labeller's document; None for any other ConfigMap.
+    PoolsDocumentError when the document is there but unreadable."""
+    raw = config_map_data(props).get(NODE_POOLS_KEY)
+    if raw is None:
+        return None
+    try:
+        document = json.loads(str(raw))
+    except ValueError as error:
+        raise PoolsDocumentError(f"{NODE_POOLS_KEY} is not JSON: {error}") from None
+    pools = []
+    for entry in items(mapping(document).get("pools")):
+        entry = mapping(entry)
+        pools.append(
+            Pool(
+                name=str(entry.get("name") or "?"),
+                gpu_model=str(entry["gpuModel"]) if entry.get("gpuModel") else None,
+                node_selector={str(k): str(v) for k, v in mapping(entry.get("nodeSelector")).items()},
+                deploy_labels=tuple(str(label) for label in items(entry.get("deployLabels"))),
+                labels={str(k): str(v) for k, v in mapping(entry.get("labels")).items()},
+            )
+        )
+    return pools
+
+
+def selectors_compatible(first: Mapping[str, str], second: Mapping[str, str]) -> bool:
+    """Whether some node can match both ANDed label maps: only a key they give different values excludes it."""
+    return all(second[key] == value for key, value in first.items() if key in second)
+
+
+def is_subset(smaller: Mapping[str, str], larger: Mapping[str, str]) -> bool:
+    return all(larger.get(key) == value for key, value in smaller.items())
+
+
+def pools_a_pod_can_reach(spec: Mapping, pools: Iterable[Pool]) -> list[Pool]:
+    """The pools whose nodes a pod may run on: the pool's agent writes every deploy label the pod requires,
+    the pool satisfies any `gpu-stack/pool` affinity, and no nodeSelector key contradicts the pool's selector.
+    Labels outside the pool's own selector (kernel, GFD's) are assumed satisfiable."""
+    required = deploy_components(spec)
+    selector = {k: v for k, v in node_selector(spec).items() if not k.startswith(consts.DEPLOY_PREFIX)}
+    allowed_pools = required_label_values(spec, consts.POOL_LABEL)
+    return [
+        pool
+        for pool in pools
+        if required <= pool.deploy_components
+        and (allowed_pools is None or pool.name in allowed_pools)
+        and selectors_compatible(selector, pool.node_selector)
+    ]
+
+
+def resources_by_kind(resources: Iterable[Any], kind: str) -> Iterator[Any]:
+    """PolicyResources (stack policies) of one Kubernetes kind."""
+    for resource in resources:
+        if kind_of(resource.resource_type) == kind:
+            yield resource
+
+
+def find_pools(resources: Iterable[Any]) -> tuple[Optional[Any], list[Pool]]:
+    """The labeller's ConfigMap and its pools, or (None, []) when the stack renders no labeller."""
+    for resource in resources_by_kind(resources, "ConfigMap"):
+        pools = node_pools(resource.props)
+        if pools is not None:
+            return resource, pools
+    return None, []
+
+
+def is_awaited(props: Mapping) -> bool:
+    """pulumi-kubernetes waits for an object's readiness unless `pulumi.com/skipAwait` is "true"."""
+    return str(annotations_of(props).get(SKIP_AWAIT, "")).lower() != "true"
