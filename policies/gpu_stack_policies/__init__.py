@@ -7,13 +7,17 @@ from pulumi_policy import EnforcementLevel, Policy
 
 from gpu_stack_policies import (
     cdi,
+    driver_support,
     gpu_quota,
     images,
     mig_layouts,
+    precompiled_images,
     privileged,
     rbac,
     sharing,
+    single_driver,
     state_order,
+    upgrade_safety,
     workload_types,
 )
 
@@ -32,4 +36,8 @@ POLICIES: list[Policy] = [
     cdi.POLICY,
     sharing.POLICY,
     gpu_quota.POLICY,
+    driver_support.POLICY,
+    precompiled_images.POLICY,
+    single_driver.POLICY,
+    upgrade_safety.POLICY,
 ]

@@ -1,0 +1,98 @@
+"""upgrade-safety: a driver change cannot pull the driver from under running GPU work, take down too many
+nodes at once, or reach every pool before a canary validated it.
+
+Checked on the rendered driver DaemonSets (a stack policy, because the canary rule spans all of them):
+
+* k8s-driver-manager evicts GPU pods (`ENABLE_GPU_POD_EVICTION=true`) or drains (`ENABLE_AUTO_DRAIN=true`);
+  with neither, a driver swap unloads modules in use and fails, or worse, runs under them.
+* A rolling update's maxUnavailable stays within `maxUnavailablePercent` (percentages) and
+  `maxUnavailableCount` (counts) of the policy config.
+* With more than one pool on a deployed driver, the driver DaemonSets belong to at least two upgrade waves
+  (label `gpu-stack/upgrade-wave`), so a gate holds the rest back until the first wave validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ReportViolation, StackValidationArgs, StackValidationPolicy
+
+from gpu_stack_policies import drivers, objects
+
+NAME = "upgrade-safety"
+DEFAULT_MAX_PERCENT = 25
+DEFAULT_MAX_COUNT = 10
+
+CONFIG_SCHEMA = PolicyConfigSchema(
+    properties={
+        "maxUnavailablePercent": {
+            "type": "integer",
+            "description": "Largest percentage maxUnavailable a driver DaemonSet may roll with.",
+            "minimum": 1,
+            "maximum": 100,
+            "default": DEFAULT_MAX_PERCENT,
+        },
+        "maxUnavailableCount": {
+            "type": "integer",
+            "description": "Largest node count maxUnavailable a driver DaemonSet may roll with.",
+            "minimum": 1,
+            "default": DEFAULT_MAX_COUNT,
+        },
+    }
+)
+
+
+def _budget_problem(value: Any, max_percent: int, max_count: int) -> str | None:
+    # Numbers reach policies as floats (12.0): whole ones are counts.
+    text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    if text.endswith("%"):
+        number = text[:-1]
+        if number.isdigit() and int(number) <= max_percent:
+            return None
+        return f"rolls with maxUnavailable {text}, above the {max_percent}% this stack allows"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= max_count:
+        return None
+    if text.isdigit() and 1 <= int(text) <= max_count:
+        return None
+    return f"rolls with maxUnavailable {text}, above the {max_count} nodes this stack allows"
+
+
+def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+    resources = list(args.resources)
+    config: Mapping[str, Any] = args.get_config()
+    max_percent = int(config.get("maxUnavailablePercent", DEFAULT_MAX_PERCENT))
+    max_count = int(config.get("maxUnavailableCount", DEFAULT_MAX_COUNT))
+    sets = drivers.driver_sets(resources)
+    for driver in sets:
+        env = driver.manager.env if driver.manager else {}
+        if env.get("ENABLE_GPU_POD_EVICTION") != "true" and env.get("ENABLE_AUTO_DRAIN") != "true":
+            report(
+                f"{driver.what}: its k8s-driver-manager neither evicts GPU pods nor drains, so a driver change unloads "
+                "modules under running GPU work; fix: gpu-stack:upgrade.gpuPodEviction: true (or drain.enabled: true)",
+                driver.resource.urn,
+            )
+        strategy = objects.mapping(objects.mapping(driver.resource.props.get("spec")).get("updateStrategy"))
+        if strategy.get("type") == "RollingUpdate":
+            value = objects.mapping(strategy.get("rollingUpdate")).get("maxUnavailable", 1)
+            problem = _budget_problem(value, max_percent, max_count)
+            if problem:
+                report(f"{driver.what} {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", driver.resource.urn)
+    _, pools = objects.find_pools(resources)
+    deployed = drivers.driver_pools(pools)
+    waves = {driver.wave for driver in sets}
+    if sets and len(deployed) > 1 and (None in waves or len(waves) < 2):
+        names = ", ".join(p.name for p in deployed)
+        report(
+            f"{len(deployed)} pools ({names}) take a driver change at once: no canary wave goes first; fix: set "
+            "gpu-stack:upgrade.waves with a first wave of one small pool",
+            sets[0].resource.urn,
+        )
+
+
+POLICY = StackValidationPolicy(
+    name=NAME,
+    description="Driver upgrades evict or drain GPU pods, keep maxUnavailable bounded, and start with a canary wave.",
+    enforcement_level=EnforcementLevel.ADVISORY,
+    validate=validate,
+    config_schema=CONFIG_SCHEMA,
+)

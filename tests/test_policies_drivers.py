@@ -1,0 +1,209 @@
+"""The driver policies on real renders: each stack passes, and the same stack broken in one place does not.
+
+Breakages the configuration validator already refuses are put into the recorded registrations, the way a
+faulty component would have rendered them; every policy runs through the analyzer path (`run_policies`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Callable, Optional
+
+import pytest
+
+from gpustack.mockrun import Recording, Registration
+from gpustack.policyrun import pack_config, pack_policies, run_policies
+from stacktest import STACKS, render, render_stack, stack_config
+
+POLICIES = {p.name: p for p in pack_policies()}
+DRIVER_POLICIES = ("single-driver-per-node", "precompiled-image-exists", "driver-supports-gpu", "upgrade-safety")
+
+
+def messages(recording: Recording, policy: str, config: Optional[dict] = None) -> list[str]:
+    return [v.message for v in run_policies(recording, [POLICIES[policy]], config or {})]
+
+
+def registration(recording: Recording, kind: str, name: str) -> Registration:
+    for r in recording.registrations:
+        if r.inputs.get("kind") == kind and (r.inputs.get("metadata") or {}).get("name") == name:
+            return r
+    raise KeyError(f"{kind} {name} is not in the render")
+
+
+def edited(recording: Recording, edit: Callable[[Recording], None]) -> Recording:
+    broken = copy.deepcopy(recording)
+    edit(broken)
+    return broken
+
+
+def pod_spec(recording: Recording, name: str) -> dict:
+    return registration(recording, "DaemonSet", name).inputs["spec"]["template"]["spec"]
+
+
+def driver_container(recording: Recording, name: str) -> dict:
+    return next(c for c in pod_spec(recording, name)["containers"] if c["name"] == "nvidia-driver-ctr")
+
+
+def serve_pools(recording: Recording, name: str, pools: list[str]) -> None:
+    terms = pod_spec(recording, name)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = pools
+
+
+def set_gpu_model(recording: Recording, pool: str, model: str) -> None:
+    config_map = registration(recording, "ConfigMap", "gpu-stack-node-pools")
+    document = json.loads(config_map.inputs["data"]["node-pools.json"])
+    next(p for p in document["pools"] if p["name"] == pool)["gpuModel"] = model
+    config_map.inputs["data"]["node-pools.json"] = json.dumps(document)
+
+
+def only(found: list[str]) -> str:
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("policy", DRIVER_POLICIES)
+def test_every_stack_passes_the_driver_policies(stack, policy):
+    assert messages(render_stack(stack), policy, pack_config(stack)) == []
+
+
+# --- single-driver-per-node ---------------------------------------------------------------------------------------
+
+
+def test_two_driver_daemonsets_serving_one_pool_are_refused():
+    broken = edited(render_stack("prod-managed"), lambda r: serve_pools(r, "nvidia-driver-daemonset-training", ["training-a100", "inference-l4"]))
+    message = only(messages(broken, "single-driver-per-node"))
+    assert "DaemonSet gpu-operator/nvidia-driver-daemonset-canary and DaemonSet gpu-operator/nvidia-driver-daemonset-training" in message
+    assert "pool(s) inference-l4" in message and "fix: " in message
+
+
+def test_different_kernels_keep_driver_daemonsets_apart_even_in_one_pool():
+    recording = render_stack("prod-precompiled")
+    fleet = "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04"
+    broken = edited(recording, lambda r: serve_pools(r, fleet, ["train-a100", "infer-l40s"]))
+    assert messages(broken, "single-driver-per-node") == []
+
+
+def test_a_driver_daemonset_naming_a_host_driver_pool_is_refused():
+    broken = edited(render_stack("hybrid"), lambda r: serve_pools(r, "nvidia-driver-daemonset-canary-ubuntu24.04", ["l40s", "dgx-h100"]))
+    message = only(messages(broken, "single-driver-per-node"))
+    assert "names pool 'dgx-h100', whose nodes ship their own driver" in message and "fix: " in message
+
+
+# --- precompiled-image-exists -------------------------------------------------------------------------------------
+
+CANARY = "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04"
+FLEET_HWE = "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04"
+
+
+def pull(name: str, image: str) -> Callable[[Recording], None]:
+    return lambda r: driver_container(r, name).update(image=image)
+
+
+def test_a_branch_nvidia_does_not_build_is_refused_with_the_build_recipe():
+    broken = edited(render_stack("prod-precompiled"), pull(CANARY, "nvcr.io/nvidia/driver:570-5.15.0-139-generic-ubuntu22.04"))
+    message = only(messages(broken, "precompiled-image-exists"))
+    assert message.startswith(f"DaemonSet gpu-operator/{CANARY} pulls nvcr.io/nvidia/driver:570-5.15.0-139-generic-ubuntu22.04")
+    assert "NVIDIA publishes no 570-5.15.0-139-generic-ubuntu22.04" in message
+    assert "node_images/driver-precompiled/build.sh" in message
+
+
+def test_a_private_build_pulled_from_nvidia_points_at_the_private_repository():
+    broken = edited(render_stack("prod-precompiled"), pull(FLEET_HWE, "nvcr.io/nvidia/driver:580-6.5.0-45-generic-ubuntu22.04"))
+    assert "fix: pull the private build from harbor.platform.internal/gpu-stack/driver" in only(messages(broken, "precompiled-image-exists"))
+
+
+def test_a_kernel_outside_the_catalog_is_refused():
+    def other_kernel(r: Recording) -> None:
+        pull(CANARY, "nvcr.io/nvidia/driver:580-5.15.0-200-generic-ubuntu22.04")(r)
+        pod_spec(r, CANARY)["nodeSelector"]["feature.node.kubernetes.io/kernel-version.full"] = "5.15.0-200-generic"
+
+    message = only(messages(edited(render_stack("prod-precompiled"), other_kernel), "precompiled-image-exists"))
+    assert "runs kernel 5.15.0-200-generic on ubuntu22.04, which is in no entry of node_images/catalog.yaml" in message
+
+
+def test_a_tag_for_another_kernel_than_the_nodes_run_is_refused():
+    broken = edited(render_stack("prod-precompiled"), pull(CANARY, "nvcr.io/nvidia/driver:580-6.8.0-79-generic-ubuntu24.04"))
+    assert "on nodes running kernel 5.15.0-139-generic" in only(messages(broken, "precompiled-image-exists"))
+
+
+# --- driver-supports-gpu ------------------------------------------------------------------------------------------
+
+
+def test_a_gpu_past_its_last_branch_and_on_the_wrong_modules_is_refused():
+    broken = edited(render_stack("prod-managed"), lambda r: set_gpu_model(r, "training-a100", "V100"))
+    found = messages(broken, "driver-supports-gpu")
+    assert len(found) == 2, found
+    assert "runs driver branch 595 on pool 'training-a100', but the V100 is supported up to driver branch 580 only" in found[0]
+    assert "loads open kernel modules on pool 'training-a100', but the V100 predates Turing" in found[1]
+    assert all(m.startswith("DaemonSet gpu-operator/nvidia-driver-daemonset-training") and "fix: " in m for m in found)
+
+
+def test_a_pinned_branch_older_than_the_gpu_is_refused():
+    broken = edited(render_stack("hybrid"), lambda r: set_gpu_model(r, "a10-legacy", "B300"))
+    found = messages(broken, "driver-supports-gpu")
+    assert not any("runs driver branch" in m for m in found)  # B300 support starts at 580, the pool's branch
+    assert any("loads proprietary kernel modules on pool 'a10-legacy', but the B300 runs only on the open kernel modules" in m for m in found)
+
+
+def test_a_driver_by_digest_cannot_be_verified():
+    config = stack_config("dev")
+    config["gpu-stack:versions"] = {"driver": "sha256:" + "b" * 64}
+    message = only(messages(render(config), "driver-supports-gpu"))
+    assert "whose branch cannot be read" in message and "fix: pin the driver by version tag" in message
+
+
+def test_gds_from_2_17_5_needs_open_modules():
+    def add_gds(r: Recording) -> None:
+        spec = pod_spec(r, "nvidia-driver-daemonset-rest-a10-legacy-rhel9")
+        spec["containers"].append({"name": "nvidia-fs", "image": "nvcr.io/nvidia/cloud-native/nvidia-fs:2.29.4"})
+
+    found = messages(edited(render_stack("hybrid"), add_gds), "driver-supports-gpu")
+    assert any("runs GDS 2.29.4 on proprietary kernel modules" in m for m in found), found
+
+
+# --- upgrade-safety -----------------------------------------------------------------------------------------------
+
+
+def test_several_pools_without_a_canary_wave_are_reported():
+    config = stack_config("prod-managed")
+    del config["gpu-stack:upgrade"]["waves"]
+    message = only(messages(render(config), "upgrade-safety"))
+    assert "2 pools (training-a100, inference-l4) take a driver change at once" in message
+    assert "fix: set gpu-stack:upgrade.waves" in message
+
+
+def test_a_driver_manager_that_neither_evicts_nor_drains_is_reported():
+    config = stack_config("prod-managed")
+    config["gpu-stack:upgrade"]["gpuPodEviction"] = False
+    found = messages(render(config), "upgrade-safety")
+    assert len(found) == 2  # both waves' DaemonSets
+    assert all("neither evicts GPU pods nor drains" in m and "fix: gpu-stack:upgrade.gpuPodEviction: true" in m for m in found)
+
+
+@pytest.mark.parametrize("budget,config,problem", [
+    ("50%", {}, "maxUnavailable 50%, above the 25% this stack allows"),
+    ("10%", {"maxUnavailablePercent": 5}, "maxUnavailable 10%, above the 5% this stack allows"),
+    (12, {}, "maxUnavailable 12, above the 10 nodes this stack allows"),
+    (3, {"maxUnavailableCount": 2}, "maxUnavailable 3, above the 2 nodes this stack allows"),
+])
+def test_a_rolling_budget_above_the_stacks_bound_is_reported(budget, config, problem):
+    stack = stack_config("prod-precompiled")
+    stack["gpu-stack:upgrade"]["maxUnavailable"] = budget
+    found = messages(render(stack), "upgrade-safety", {"upgrade-safety": config} if config else None)
+    assert found and all(problem in m for m in found), found
+
+
+def test_upgrade_safety_is_mandatory_in_prod_and_advisory_in_dev():
+    config = stack_config("prod-managed")
+    del config["gpu-stack:upgrade"]["waves"]
+    recording = render(config)
+    prod = run_policies(recording, [POLICIES["upgrade-safety"]], pack_config("prod-managed"))
+    dev = run_policies(recording, [POLICIES["upgrade-safety"]], pack_config("dev"))
+    assert [v.enforcement for v in prod] == ["mandatory"]
+    assert [v.enforcement for v in dev] == ["advisory"]
+
+
+def test_one_pool_needs_no_canary():
+    assert messages(render_stack("dev"), "upgrade-safety") == []
