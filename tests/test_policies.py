@@ -10,38 +10,14 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Callable, Optional
 
 import pytest
 import yaml
 
 from gpustack.mockrun import Recording, Registration
-from gpustack.policyrun import Violation, pack_config, pack_policies, run_policies
+from gpustack.policyrun import pack_config
+from policytest import edit_pools, edited, messages, registration, violations
 from stacktest import render, render_stack, stack_config
-
-POLICIES = {p.name: p for p in pack_policies()}
-
-
-def violations(recording: Recording, policy: str, config: Optional[dict] = None) -> list[Violation]:
-    return run_policies(recording, [POLICIES[policy]], config or {})
-
-
-def messages(recording: Recording, policy: str, config: Optional[dict] = None) -> list[str]:
-    return [v.message for v in violations(recording, policy, config)]
-
-
-def registration(recording: Recording, kind: str, name: str) -> Registration:
-    for r in recording.registrations:
-        if r.inputs.get("kind") == kind and (r.inputs.get("metadata") or {}).get("name") == name:
-            return r
-    raise KeyError(f"{kind} {name} is not in the render")
-
-
-def edited(recording: Recording, edit: Callable[[Recording], None]) -> Recording:
-    """A copy of a render with one mistake put in; renders are cached and shared, so never edit in place."""
-    broken = copy.deepcopy(recording)
-    edit(broken)
-    return broken
 
 
 def pod_spec(recording: Recording, kind: str, name: str) -> dict:
@@ -54,23 +30,6 @@ def container(spec: dict, name: str) -> dict:
 
 def set_env(c: dict, name: str, value: str) -> None:
     c["env"] = [e for e in c.get("env", []) if e["name"] != name] + [{"name": name, "value": value}]
-
-
-def pools_document(recording: Recording) -> dict:
-    return json.loads(registration(recording, "ConfigMap", "gpu-stack-node-pools").inputs["data"]["node-pools.json"])
-
-
-def set_pools_document(recording: Recording, document: dict) -> None:
-    registration(recording, "ConfigMap", "gpu-stack-node-pools").inputs["data"]["node-pools.json"] = json.dumps(document)
-
-
-def edit_pools(recording: Recording, edit: Callable[[list[dict]], None]) -> Recording:
-    def apply(broken: Recording) -> None:
-        document = pools_document(broken)
-        edit(document["pools"])
-        set_pools_document(broken, document)
-
-    return edited(recording, apply)
 
 
 def removed(recording: Recording, kind: str, name: str) -> Recording:

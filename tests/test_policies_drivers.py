@@ -6,35 +6,16 @@ faulty component would have rendered them; every policy runs through the analyze
 
 from __future__ import annotations
 
-import copy
-import json
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
 
-from gpustack.mockrun import Recording, Registration
-from gpustack.policyrun import pack_config, pack_policies, run_policies
+from gpustack.mockrun import Recording
+from gpustack.policyrun import pack_config, run_policies
+from policytest import POLICIES, edit_pools, edited, messages, registration
 from stacktest import STACKS, render, render_stack, stack_config
 
-POLICIES = {p.name: p for p in pack_policies()}
 DRIVER_POLICIES = ("single-driver-per-node", "precompiled-image-exists", "driver-supports-gpu", "upgrade-safety")
-
-
-def messages(recording: Recording, policy: str, config: Optional[dict] = None) -> list[str]:
-    return [v.message for v in run_policies(recording, [POLICIES[policy]], config or {})]
-
-
-def registration(recording: Recording, kind: str, name: str) -> Registration:
-    for r in recording.registrations:
-        if r.inputs.get("kind") == kind and (r.inputs.get("metadata") or {}).get("name") == name:
-            return r
-    raise KeyError(f"{kind} {name} is not in the render")
-
-
-def edited(recording: Recording, edit: Callable[[Recording], None]) -> Recording:
-    broken = copy.deepcopy(recording)
-    edit(broken)
-    return broken
 
 
 def pod_spec(recording: Recording, name: str) -> dict:
@@ -50,11 +31,8 @@ def serve_pools(recording: Recording, name: str, pools: list[str]) -> None:
     terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = pools
 
 
-def set_gpu_model(recording: Recording, pool: str, model: str) -> None:
-    config_map = registration(recording, "ConfigMap", "gpu-stack-node-pools")
-    document = json.loads(config_map.inputs["data"]["node-pools.json"])
-    next(p for p in document["pools"] if p["name"] == pool)["gpuModel"] = model
-    config_map.inputs["data"]["node-pools.json"] = json.dumps(document)
+def with_gpu_model(recording: Recording, pool: str, model: str) -> Recording:
+    return edit_pools(recording, lambda pools: next(p for p in pools if p["name"] == pool).update(gpuModel=model))
 
 
 def only(found: list[str]) -> str:
@@ -132,7 +110,7 @@ def test_a_tag_for_another_kernel_than_the_nodes_run_is_refused():
 
 
 def test_a_gpu_past_its_last_branch_and_on_the_wrong_modules_is_refused():
-    broken = edited(render_stack("prod-managed"), lambda r: set_gpu_model(r, "training-a100", "V100"))
+    broken = with_gpu_model(render_stack("prod-managed"), "training-a100", "V100")
     found = messages(broken, "driver-supports-gpu")
     assert len(found) == 2, found
     assert "runs driver branch 595 on pool 'training-a100', but the V100 is supported up to driver branch 580 only" in found[0]
@@ -141,7 +119,7 @@ def test_a_gpu_past_its_last_branch_and_on_the_wrong_modules_is_refused():
 
 
 def test_a_pinned_branch_older_than_the_gpu_is_refused():
-    broken = edited(render_stack("hybrid"), lambda r: set_gpu_model(r, "a10-legacy", "B300"))
+    broken = with_gpu_model(render_stack("hybrid"), "a10-legacy", "B300")
     found = messages(broken, "driver-supports-gpu")
     assert not any("runs driver branch" in m for m in found)  # B300 support starts at 580, the pool's branch
     assert any("loads proprietary kernel modules on pool 'a10-legacy', but the B300 runs only on the open kernel modules" in m for m in found)

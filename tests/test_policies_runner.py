@@ -208,6 +208,11 @@ BAD_VALUES = [
     ("sharing-sane", "maxMpsReplicas", True, "is not of type 'integer'"),
     ("gpu-quota", "externallyManagedQuotaNamespaces", "team-a", "is not of type 'array'"),
     ("gpu-quota", "externallyManagedQuotaNamespaces", ["Team-A"], "does not match"),
+    ("upgrade-safety", "maxUnavailablePercent", 0, "is less than the minimum of 1"),
+    ("upgrade-safety", "maxUnavailablePercent", 101, "is greater than the maximum of 100"),
+    ("upgrade-safety", "maxUnavailablePercent", "25%", "is not of type 'integer'"),
+    ("upgrade-safety", "maxUnavailableCount", 0, "is less than the minimum of 1"),
+    ("upgrade-safety", "maxUnavailableCount", 2.5, "is not of type 'integer'"),
 ]
 
 
