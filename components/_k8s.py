@@ -53,6 +53,7 @@ class Images:
     dcgm: str
     dcgm_exporter: str
     mig_manager: str
+    sandbox_device_plugin: str
     node_agent: Optional[str]
 
 

@@ -6,7 +6,9 @@ NVIDIA's published ones. Nothing here is computed: a reviewer can diff this file
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Optional
 
 OPERATOR_RELEASE = "v26.7.0"
 
@@ -25,6 +27,8 @@ IMAGES: dict[str, tuple[str, str]] = {
     "dcgm": ("nvidia/cloud-native/dcgm", "4.6.0-1-ubuntu24.04"),
     "dcgmExporter": ("nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
     "migManager": ("nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    # KubeVirt's GPU device plugin, for vm-passthrough and vm-vgpu nodes (`sandboxDevicePlugin`).
+    "sandboxDevicePlugin": ("nvidia/kubevirt-gpu-device-plugin", "v1.6.0"),
 }
 
 # The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).
@@ -125,3 +129,35 @@ GPU_MODELS: dict[str, GpuModel] = {
         GpuModel("RTX-PRO-6000", ("0x2BB5",), "blackwell", 96, True),
     )
 }
+
+
+# PCI device names from the pci.ids database (pciutils/pciids, vendor 10de) for the ids whose entries were
+# checked; the KubeVirt GPU device plugin names its resource after them (`kubevirt_resource_name`). An id the
+# database lacks would be advertised by its hex id instead; ids not listed here are not permitted to VMs.
+PCI_DEVICE_NAMES: dict[str, str] = {
+    "0x20B0": "GA100 [A100 SXM4 40GB]",
+    "0x20F1": "GA100 [A100 PCIe 40GB]",
+    "0x20B2": "GA100 [A100 SXM4 80GB]",
+    "0x20B5": "GA100 [A100 PCIe 80GB]",
+    "0x20B7": "GA100GL [A30 PCIe]",
+    "0x2236": "GA102GL [A10]",
+    "0x1EB8": "TU104GL [Tesla T4]",
+    "0x27B8": "AD104GL [L4]",
+    "0x26B9": "AD102GL [L40S]",
+    "0x2330": "GH100 [H100 SXM5 80GB]",
+    "0x2331": "GH100 [H100 PCIe]",
+    "0x2321": "GH100 [H100L 94GB]",
+    "0x2335": "GH100 [H200 SXM 141GB]",
+    "0x2901": "GB100 [B200]",
+}
+
+
+def kubevirt_resource_name(pci_device_id: str) -> Optional[str]:
+    """The resource NVIDIA's KubeVirt GPU device plugin advertises for a GPU bound to vfio-pci: its pci.ids name
+    upper-cased, `/` and `.` and whitespace runs turned into `_`, anything else but letters, digits and `_`
+    dropped (kubevirt-gpu-device-plugin v1.6.0 `getDeviceName`); None for an id gpu-stack has no name for."""
+    name = PCI_DEVICE_NAMES.get(pci_device_id)
+    if name is None:
+        return None
+    name = re.sub(r"\s+", "_", name.strip().upper().replace("/", "_").replace(".", "_"))
+    return "nvidia.com/" + re.sub(r"[^A-Za-z0-9_.]+", "", name)

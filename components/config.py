@@ -148,10 +148,20 @@ class Versions(_Model):
     dcgm: str = catalog.IMAGES["dcgm"][1]
     dcgm_exporter: str = catalog.IMAGES["dcgmExporter"][1]
     mig_manager: str = catalog.IMAGES["migManager"][1]
+    sandbox_device_plugin: str = catalog.IMAGES["sandboxDevicePlugin"][1]
     nfd_chart: str = catalog.NFD_CHART_VERSION
 
     _tags = field_validator(
-        "driver_manager", "toolkit", "device_plugin", "gfd", "validator", "dcgm", "dcgm_exporter", "mig_manager", "nfd_chart"
+        "driver_manager",
+        "toolkit",
+        "device_plugin",
+        "gfd",
+        "validator",
+        "dcgm",
+        "dcgm_exporter",
+        "mig_manager",
+        "sandbox_device_plugin",
+        "nfd_chart",
     )(_image_version)
 
     _driver_version = field_validator("driver")(_full_driver_version)
@@ -318,6 +328,32 @@ class Monitoring(_Model):
 
     def dashboard_on(self, dcgm_exporter: bool) -> bool:
         return self.dashboard.enabled and dcgm_exporter
+
+
+class KubeVirt(_Model):
+    """The cluster's existing KubeVirt CR, whose permittedHostDevices gpu-stack patches."""
+
+    name: str = "kubevirt"
+    namespace: str = "kubevirt"
+    # false leaves permittedHostDevices to whoever owns the CR (then list the README's entries there yourself).
+    permit_host_devices: StrictBool = True
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 63:
+            raise ValueError(f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+        return value
+
+
+class SandboxWorkloads(_Model):
+    """How VM pools (`workloadType: vm-passthrough | vm-vgpu`) hand their GPUs over (fact sheet §7)."""
+
+    # kubevirt: the KubeVirt GPU device plugin advertises the GPUs to virt-launcher pods.
+    mode: Literal["kubevirt"] = "kubevirt"
+    # What the sandbox validator assumes for a node whose nvidia.com/gpu.workload.config label is missing.
+    default_workload: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
+    kubevirt: KubeVirt = KubeVirt()
 
 
 class Validator(_Model):
@@ -635,6 +671,7 @@ class StackConfig(_Model):
     node_pools: list[NodePool] = Field(min_length=1)
     components: Components = Components()
     upgrade: Upgrade = Upgrade()
+    sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
 
     @field_validator("mig_layouts")
     @classmethod
@@ -643,6 +680,9 @@ class StackConfig(_Model):
             if not MIG_LAYOUT_NAME.match(name):
                 raise ValueError(f"{name!r} is not a usable layout name (a node label value: a-z, 0-9, '-', '.')")
         return layouts
+
+    def pools_of(self, *workload_types: str) -> list[NodePool]:
+        return [p for p in self.node_pools if p.workload_type in workload_types]
 
     @property
     def container_pools(self) -> list[NodePool]:
@@ -905,6 +945,25 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
     elif image is not None and pool.os is not None and pool.os != image.os_tag:
         problems.append((f"{here}.os", f"{pool.os!r} contradicts nodeImage {image.name!r} ({image.os_tag}); remove os"))
     own = pool.driver
+    if pool.workload_type == "vm-vgpu":
+        problems.append(
+            (
+                f"{here}.workloadType",
+                "vm-vgpu needs the vGPU manager and vGPU device manager, which gpu-stack does not deploy yet; "
+                "use vm-passthrough (whole GPUs bound to vfio-pci) or container",
+            )
+        )
+    if pool.workload_type == "vm-passthrough" and not any(
+        catalog.kubevirt_resource_name(pci_id) for pci_id in pool.model.pci_device_ids
+    ):
+        named = sorted({m for m, model in catalog.GPU_MODELS.items() if any(catalog.kubevirt_resource_name(i) for i in model.pci_device_ids)})
+        problems.append(
+            (
+                f"{here}.gpuModel",
+                f"gpu-stack knows no KubeVirt resource name for the {pool.gpu_model}'s PCI ids, so it cannot permit "
+                f"it to VMs; vm-passthrough models: {', '.join(named)}",
+            )
+        )
     if pool.workload_type != "container":
         if own.model_fields_set:
             problems.append((f"{here}.driver", f"{pool.workload_type} pools take no container driver; remove this block"))

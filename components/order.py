@@ -5,8 +5,9 @@ gpu-stack keeps that order as `depends_on` edges: each state's objects are appli
 state's objects. Readiness never gates the next state (operands are not awaited); per-node ordering stays in
 the validator init containers and the files under /run/nvidia/validations, where NVIDIA puts it.
 
-Four entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
-NodeLabelingReconciler), the later driver upgrade waves (the operator's upgrade controller, done as ordered
+Five entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
+NodeLabelingReconciler), the KubeVirt host-device permissions (a step NVIDIA's docs leave to the user), the
+later driver upgrade waves (the operator's upgrade controller, done as ordered
 DaemonSets behind validation gates) and the stack validation gate (what `kubectl get clusterpolicy` status
 would say). The first wave's drivers stay in `state-driver`; every later wave waits for the wave before it
 to validate, which needs the validator and everything it checks, so the later waves come after all operands.
@@ -41,6 +42,10 @@ STATE_ORDER: tuple[State, ...] = (
     State("gpu-feature-discovery", "assets/gpu-feature-discovery", "gfd"),
     State("state-mig-manager", "assets/state-mig-manager", "mig_manager"),
     State("state-node-status-exporter", "assets/state-node-status-exporter", "node_status_exporter"),
+    State("state-sandbox-validation", "assets/state-sandbox-validation", "sandbox_validator"),
+    State("state-vfio-manager", "assets/state-vfio-manager", "vfio_manager"),
+    State("state-sandbox-device-plugin", "assets/state-sandbox-device-plugin", "sandbox_device_plugin"),
+    State("kubevirt-host-devices", "the operator's KubeVirt docs (permittedHostDevices, set by hand there)", "kubevirt"),
     State("stack-monitoring", "assets/state-operator-metrics (no operator process: rules over the operands' metrics)", "monitoring"),
     State("driver-waves", "upgrade controller (pkg/upgrade): waves after the first, each behind a gate", "driver_waves"),
     State("stack-validation", "ClusterPolicy status (validator Ready on every GPU node)", "validation_gate"),

@@ -22,6 +22,7 @@ from components.device_plugin import DevicePlugin
 from components.driver import Driver, first_wave, plan_targets
 from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
+from components.kubevirt import KubeVirtHostDevices, permitted_pci_devices
 from components.mig_manager import MigManager
 from components.monitoring import StackMonitoring
 from components.mps import MpsControlDaemon
@@ -30,10 +31,13 @@ from components.nfd import NodeFeatureDiscovery
 from components.node_labeler import NodeLabeler
 from components.order import STATE_ORDER
 from components.prerequisites import RUNTIME_CLASS, PreRequisites
+from components.sandbox_device_plugin import SandboxDevicePlugin
+from components.sandbox_validator import SandboxValidator
 from components.toolkit import ContainerToolkit, runtime_files
 from components.validation_gate import ValidationGate
 from components.validator import OperatorValidator
 from components.validator import ready_files as validator_ready_files
+from components.vfio_manager import VfioManager
 
 
 def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
@@ -68,6 +72,7 @@ def resolve_images(cfg: StackConfig) -> Images:
         dcgm=ref("dcgm", versions.dcgm),
         dcgm_exporter=ref("dcgmExporter", versions.dcgm_exporter),
         mig_manager=ref("migManager", versions.mig_manager),
+        sandbox_device_plugin=ref("sandboxDevicePlugin", versions.sandbox_device_plugin),
         node_agent=cfg.node_agent.image,
     )
 
@@ -116,6 +121,10 @@ class GpuStack(pulumi.ComponentResource):
             "gpu-feature-discovery": self._gfd,
             "state-mig-manager": self._mig_manager,
             "state-node-status-exporter": self._node_status_exporter,
+            "state-sandbox-validation": self._sandbox_validator,
+            "state-vfio-manager": self._vfio_manager,
+            "state-sandbox-device-plugin": self._sandbox_device_plugin,
+            "kubevirt-host-devices": self._kubevirt_host_devices,
             "stack-monitoring": self._monitoring,
             "driver-waves": self._driver_waves,
             "stack-validation": self._validation_gate,
@@ -311,6 +320,46 @@ class GpuStack(pulumi.ComponentResource):
             "state-node-status-exporter",
             ops=self._ops,
             service_monitor_settings=self._service_monitors(),
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _vm_pools(self) -> bool:
+        return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
+
+    def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
+        if not self._vm_pools():
+            return None
+        return SandboxValidator(
+            "state-sandbox-validation",
+            ops=self._ops,
+            cc_manager=False,
+            vgpu=bool(self._cfg.pools_of("vm-vgpu")),
+            default_workload=self._cfg.sandbox_workloads.default_workload,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _vfio_manager(self, after: list[pulumi.Resource]) -> Optional[VfioManager]:
+        if not self._cfg.pools_of("vm-passthrough"):
+            return None
+        return VfioManager("state-vfio-manager", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _sandbox_device_plugin(self, after: list[pulumi.Resource]) -> Optional[SandboxDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":
+            return None
+        return SandboxDevicePlugin("state-sandbox-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
+        sandbox = self._cfg.sandbox_workloads
+        models = [p.gpu_model for p in self._cfg.pools_of("vm-passthrough")]
+        if not models or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
+            return None
+        return KubeVirtHostDevices(
+            "kubevirt-host-devices",
+            kubevirt_name=sandbox.kubevirt.name,
+            kubevirt_namespace=sandbox.kubevirt.namespace,
+            devices=permitted_pci_devices(models),
             depends_on=after,
             opts=self._opts(),
         )

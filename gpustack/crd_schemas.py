@@ -1,10 +1,11 @@
-"""Strict JSON Schemas for the Prometheus Operator kinds gpu-stack renders (monitoring.coreos.com/v1).
+"""Strict JSON Schemas for the custom resources gpu-stack renders: the Prometheus Operator's `ServiceMonitor` and
+`PrometheusRule` (monitoring.coreos.com/v1) and its patch of KubeVirt's `KubeVirt` (kubevirt.io/v1).
 
-kubernetes-validate ships schemas for built-in kinds only, so `gpustack.schema.validator` falls back to these for
-`ServiceMonitor` and `PrometheusRule`. They are written from the Prometheus Operator API reference (field names
-and types), cover the fields gpu-stack sets plus the common optional ones, and reject anything else
-(`additionalProperties: false` on every object defined here), so a misspelt field fails the check instead of
-being silently pruned by the API server.
+kubernetes-validate ships schemas for built-in kinds only, so `gpustack.schema.validator` falls back to these.
+They are written from each project's API reference (field names and types: the Prometheus Operator API docs,
+kubevirt.io/api core/v1 types.go), cover the fields gpu-stack sets plus the common optional ones, and reject
+anything else (`additionalProperties: false` on every object defined here), so a misspelt field fails the check
+instead of being silently pruned by the API server.
 """
 
 from __future__ import annotations
@@ -185,15 +186,41 @@ PROMETHEUS_RULE: dict[str, Any] = {
     ),
 }
 
+# A patch of the KubeVirt CR: only the part gpu-stack applies, spec.configuration.permittedHostDevices.
+_PCI_HOST_DEVICE = _object(
+    {
+        "pciVendorSelector": {"type": "string", "pattern": r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$"},
+        "resourceName": {"type": "string", "pattern": r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$"},
+        "externalResourceProvider": {"type": "boolean"},
+    },
+    required=("pciVendorSelector", "resourceName"),
+)
+KUBEVIRT = _object(
+    {
+        "apiVersion": {"const": "kubevirt.io/v1"},
+        "kind": {"const": "KubeVirt"},
+        "metadata": _METADATA,
+        "spec": _object(
+            {
+                "configuration": _object(
+                    {"permittedHostDevices": _object({"pciHostDevices": {"type": "array", "items": _PCI_HOST_DEVICE}})}
+                )
+            }
+        ),
+    },
+    required=("apiVersion", "kind", "metadata", "spec"),
+)
+
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     (API_VERSION, "ServiceMonitor"): SERVICE_MONITOR,
     (API_VERSION, "PrometheusRule"): PROMETHEUS_RULE,
+    ("kubevirt.io/v1", "KubeVirt"): KUBEVIRT,
 }
 
 
 @functools.lru_cache(maxsize=None)
 def crd_validator(api_version: str, kind: str) -> Optional[jsonschema.protocols.Validator]:
-    """A compiled strict validator for a Prometheus Operator kind gpu-stack renders, or None for any other kind."""
+    """A compiled strict validator for a custom resource kind gpu-stack renders, or None for any other kind."""
     schema = SCHEMAS.get((api_version, kind))
     if schema is None:
         return None

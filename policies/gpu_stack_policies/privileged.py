@@ -101,6 +101,16 @@ ALLOWANCES: dict[str, Allowance] = {
         {"hostPID", "hostIPC"},
     ),
     "nvidia-node-status-exporter": _allow({"nvidia-node-status-exporter"}, {"/", "/run/nvidia"}),
+    # VM nodes (assets/state-sandbox-validation, state-vfio-manager, state-sandbox-device-plugin)
+    "nvidia-sandbox-validator": _allow(
+        {"cc-manager-validation", "vfio-pci-validation", "vgpu-manager-validation", "vgpu-devices-validation", "nvidia-sandbox-validator"},
+        {"/", "/run/nvidia/driver", "/run/nvidia/validations"},
+    ),
+    "nvidia-vfio-manager": _allow({"k8s-driver-manager", "nvidia-vfio-manager"}, {"/", "/lib/modules", "/run/nvidia", "/sys"}),
+    "nvidia-sandbox-device-plugin-daemonset": _allow(
+        {"vfio-pci-validation", "vgpu-devices-validation", "nvidia-sandbox-device-plugin-ctr"},
+        {"/dev/vfio", "/run/nvidia/validations", "/var/lib/kubelet/device-plugins", "/var/run/cdi"},
+    ),
 }
 NOTHING = _allow(set(), set())
 
