@@ -50,6 +50,9 @@ GATE_HELP = f"""environment:
   DRIVER_DAEMONSETS
                    comma-separated DaemonSets in NAMESPACE that must also have finished
                    their rollout (default: none)
+  SANDBOX_VALIDATOR
+                   true: also judge VM nodes (nvidia.com/gpu.deploy.sandbox-validator=true)
+                   by their nvidia-sandbox-validator pods in NAMESPACE (default: false)
 """
 
 
@@ -84,6 +87,17 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -
     if value < minimum:
         raise SettingsError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    # Only the two spellings the Pulumi program writes: a typo such as "ture" must
+    # not quietly leave the VM nodes unjudged.
+    if raw not in ("true", "false"):
+        raise SettingsError(f"{name} must be true or false, got {raw!r}")
+    return raw == "true"
 
 
 def _name_list(env: Mapping[str, str], name: str, is_valid: Callable[[str], bool], kind: str) -> tuple[str, ...]:
@@ -135,6 +149,7 @@ class GateSettings:
     job_namespace: str
     pools: tuple[str, ...] = ()
     driver_daemonsets: tuple[str, ...] = ()
+    sandbox_validator: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], own_namespace: Callable[[], str | None]) -> "GateSettings":
@@ -154,6 +169,7 @@ class GateSettings:
             job_namespace=job_namespace,
             pools=_name_list(env, "POOLS", labels.is_label_value, "label value"),
             driver_daemonsets=_name_list(env, "DRIVER_DAEMONSETS", _is_object_name, "DaemonSet name"),
+            sandbox_validator=_bool(env, "SANDBOX_VALIDATOR", False),
         )
 
 
@@ -238,6 +254,7 @@ def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]
         apps=apps,
         pools=settings.pools,
         driver_daemonsets=settings.driver_daemonsets,
+        sandbox_validator=settings.sandbox_validator,
         namespace=settings.namespace,
         job_namespace=settings.job_namespace,
         job_name=settings.job_name,

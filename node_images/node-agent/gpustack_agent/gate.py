@@ -12,6 +12,11 @@ nodes the rolling update has not reached yet still have a Ready validator from t
 previous driver, and a node whose driver is being replaced has its validator paused
 (deploy label `paused-for-driver-upgrade`), so it drops out of the selection. The
 gate therefore also waits for the wave's driver DaemonSets to finish their rollout.
+
+Nodes of VM pools (KubeVirt passthrough) run no container stack and no operator
+validator; NVIDIA's sandbox validator checks them instead (VFIO binding, vGPU
+manager and devices). When asked to, the gate judges those nodes by their sandbox
+validator pod in the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from .labels import POOL_LABEL
 # gpu.present, and a node opted out of the validator has no pod to wait for.
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.operator-validator=true"
 VALIDATOR_POD_SELECTOR = "app=nvidia-operator-validator"
+# VM nodes: the sandbox validator's init containers (cc-manager-validation,
+# vfio-pci-validation, vgpu-manager-validation, vgpu-devices-validation) are its stages.
+SANDBOX_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true"
+SANDBOX_VALIDATOR_POD_SELECTOR = "app=nvidia-sandbox-validator"
 RESULT_ANNOTATION = "gpu-stack/validation"
 
 VALIDATED = "validated"
@@ -35,11 +44,13 @@ ADVISORY = "advisory"
 MODES = (STRICT, ADVISORY)
 
 
-def node_selector(pools: Sequence[str] = ()) -> str:
-    """GPU_NODE_SELECTOR, narrowed to the nodes the agent put in ``pools`` when given."""
+def node_selector(pools: Sequence[str] = (), *, sandbox: bool = False) -> str:
+    """GPU_NODE_SELECTOR (SANDBOX_NODE_SELECTOR with ``sandbox``), narrowed to the
+    nodes the agent put in ``pools`` when given."""
+    base = SANDBOX_NODE_SELECTOR if sandbox else GPU_NODE_SELECTOR
     if not pools:
-        return GPU_NODE_SELECTOR
-    return f"{GPU_NODE_SELECTOR},{POOL_LABEL} in ({','.join(pools)})"
+        return base
+    return f"{base},{POOL_LABEL} in ({','.join(pools)})"
 
 
 def _count(status: Mapping[str, Any], key: str) -> int:
@@ -87,7 +98,8 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
 
 def _pending_init_container(pod: Mapping[str, Any]) -> str | None:
     """The init container the validator is stuck on: each one validates a stage
-    (driver, toolkit, CUDA, plugin), so its name says which stage has not passed."""
+    (driver, toolkit, CUDA, plugin; for the sandbox validator VFIO, vGPU manager,
+    vGPU devices), so its name says which stage has not passed."""
     for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
         state = status.get("state") or {}
         if "running" in state or "waiting" in state:
@@ -105,40 +117,77 @@ def _pod_to_report(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return max(pods, key=key)
 
 
+def _in_pools(nodes: Sequence[Mapping[str, Any]], pools: Sequence[str]) -> list[Mapping[str, Any]]:
+    return [n for n in nodes if ((n.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) in pools]
+
+
+def _node_names(nodes: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {(n.get("metadata") or {}).get("name", "") for n in nodes} - {""}
+
+
+def _pods_by_node(pods: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            by_node.setdefault(node_name, []).append(pod)
+    return by_node
+
+
+def _not_ready_reason(node_pods: Sequence[Mapping[str, Any]], validator: str) -> str | None:
+    """Why ``validator`` ("validator" or "sandbox validator") does not vouch for a
+    node whose pods of that validator are ``node_pods``; None when one is Ready."""
+    if not node_pods:
+        return f"no {validator} pod"
+    if any(_pod_ready(p) for p in node_pods):
+        return None
+    stage = _pending_init_container(_pod_to_report(node_pods))
+    return f"{validator} not ready: {stage}" if stage else f"{validator} not ready"
+
+
 def evaluate(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     *,
     pools: Sequence[str] = (),
     daemonsets: Mapping[str, Mapping[str, Any] | None] | None = None,
+    sandbox_nodes: Sequence[Mapping[str, Any]] | None = None,
+    sandbox_pods: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Verdict for ``nodes`` (already selected by ``node_selector(pools)``) given the
     validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR) and, when the
     gate waits for driver rollouts, ``daemonsets``: each named DaemonSet, or None
-    where it does not exist."""
+    where it does not exist.
+
+    When the gate also judges VM nodes, ``sandbox_nodes`` (selected by
+    ``node_selector(pools, sandbox=True)``) are judged by ``sandbox_pods`` (selected
+    by SANDBOX_VALIDATOR_POD_SELECTOR) in the same way, and the result counts them
+    in ``sandboxNodes``. A node in both lists needs both validators Ready."""
+    sandbox = sandbox_nodes is not None
     if pools:
         # The server already selected by pool; checking again here keeps the verdict
         # a function of its arguments, whatever node list it is handed.
-        nodes = [n for n in nodes if ((n.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) in pools]
+        nodes = _in_pools(nodes, pools)
+        sandbox_nodes = _in_pools(sandbox_nodes or (), pools)
     rollouts = [daemonset_rollout(name, ds) for name, ds in (daemonsets or {}).items()]
     rolled_out = all(r["done"] for r in rollouts)
 
-    pods_by_node: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name:
-            pods_by_node.setdefault(node_name, []).append(pod)
+    container_names = _node_names(nodes)
+    sandbox_names = _node_names(sandbox_nodes or ())
+    pods_by_node = _pods_by_node(pods)
+    sandbox_pods_by_node = _pods_by_node(sandbox_pods)
 
-    names = sorted({(n.get("metadata") or {}).get("name", "") for n in nodes} - {""})
+    names = sorted(container_names | sandbox_names)
     not_validated: list[dict[str, str]] = []
     for name in names:
-        node_pods = pods_by_node.get(name, [])
-        if not node_pods:
-            not_validated.append({"node": name, "reason": "no validator pod"})
-        elif not any(_pod_ready(p) for p in node_pods):
-            stage = _pending_init_container(_pod_to_report(node_pods))
-            reason = f"validator not ready: {stage}" if stage else "validator not ready"
-            not_validated.append({"node": name, "reason": reason})
+        reasons: list[str | None] = []
+        if name in container_names:
+            reasons.append(_not_ready_reason(pods_by_node.get(name, []), "validator"))
+        if name in sandbox_names:
+            reasons.append(_not_ready_reason(sandbox_pods_by_node.get(name, []), "sandbox validator"))
+        failed = [r for r in reasons if r]
+        if failed:
+            not_validated.append({"node": name, "reason": "; ".join(failed)})
 
     # no-gpu-nodes is a success that ends polling, so a driver DaemonSet that has
     # not finished (or not even been created yet) rules it out.
@@ -154,6 +203,8 @@ def evaluate(
         "validatedNodes": len(names) - len(not_validated),
         "notValidated": not_validated,
     }
+    if sandbox:
+        result["sandboxNodes"] = len(sandbox_names)
     if pools:
         result["pools"] = list(pools)
     if daemonsets is not None:
@@ -161,15 +212,17 @@ def evaluate(
     return result
 
 
-def unavailable_result(error: str, pools: Sequence[str] = ()) -> dict[str, Any]:
+def unavailable_result(error: str, pools: Sequence[str] = (), *, sandbox: bool = False) -> dict[str, Any]:
     """Verdict when the API never answered: nothing was shown to be validated."""
     result: dict[str, Any] = {
         "status": NOT_VALIDATED,
         "gpuNodes": 0,
         "validatedNodes": 0,
         "notValidated": [],
-        "error": error,
     }
+    if sandbox:
+        result["sandboxNodes"] = 0
+    result["error"] = error
     if pools:
         result["pools"] = list(pools)
     return result

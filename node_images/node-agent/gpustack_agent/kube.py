@@ -232,6 +232,7 @@ def run_gate(
     apps: Any = None,
     pools: Sequence[str] = (),
     driver_daemonsets: Sequence[str] = (),
+    sandbox_validator: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -240,7 +241,9 @@ def run_gate(
 
     ``pools`` restricts the judged nodes to those node pools; ``driver_daemonsets``
     (DaemonSets in ``namespace``, read through ``apps``) must also have finished
-    their rollout before the verdict is ``validated``."""
+    their rollout before the verdict is ``validated``. With ``sandbox_validator``
+    the VM nodes (sandbox-validator deploy label) are judged too, by their
+    nvidia-sandbox-validator pods in ``namespace``."""
     deadline = clock() + timeout_seconds
     result: dict[str, Any] | None = None
     last_error = "no poll completed"
@@ -256,10 +259,19 @@ def run_gate(
                 daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout)
                               for name in driver_daemonsets}
             nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
+            sandbox_nodes = None
+            if sandbox_validator:
+                sandbox_nodes = list_nodes(core, gate.node_selector(pools, sandbox=True), request_timeout)
             pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
-            result = gate.evaluate(nodes, pods, pools=pools, daemonsets=daemonsets)
+            sandbox_pods: list[dict[str, Any]] = []
+            if sandbox_validator:
+                sandbox_pods = list_pods(core, namespace, gate.SANDBOX_VALIDATOR_POD_SELECTOR, request_timeout)
+            result = gate.evaluate(nodes, pods, pools=pools, daemonsets=daemonsets,
+                                   sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods)
             progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
                         "validatedNodes": result["validatedNodes"]}
+            if "sandboxNodes" in result:
+                progress["sandboxNodes"] = result["sandboxNodes"]
             if "driverRollout" in result:
                 progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
             log({"level": "info", "event": "poll", **progress})
@@ -276,7 +288,7 @@ def run_gate(
         sleep(min(float(poll_seconds), remaining))
 
     if result is None:
-        result = gate.unavailable_result(last_error, pools)
+        result = gate.unavailable_result(last_error, pools, sandbox=sandbox_validator)
     line = json.dumps(result, separators=(",", ":"))
     try:
         patch_job_annotations(batch, job_namespace, job_name, {gate.RESULT_ANNOTATION: line},

@@ -228,3 +228,74 @@ def test_empty_wave_settings_keep_the_fleet_wide_gate(load_fixture, capsys):
     apps.read_namespaced_daemon_set.assert_not_called()
     assert core.list_node.call_args.kwargs["label_selector"] == gate.GPU_NODE_SELECTOR
     assert list(last_json_line(capsys.readouterr().out)) == ["status", "gpuNodes", "validatedNodes", "notValidated"]
+
+
+# --- SANDBOX_VALIDATOR: judge VM nodes too -----------------------------------
+
+
+@pytest.mark.parametrize("value", ["yes", "True", "TRUE", "1", "on", "false,true"])
+def test_bad_sandbox_validator_setting_exits_2_before_touching_the_api(capsys, value):
+    clients = mock.Mock()
+
+    assert cli.main(["wait-validated"], {**GATE_ENV, "SANDBOX_VALIDATOR": value}, clients=clients) == 2
+
+    clients.assert_not_called()
+    assert last_json_line(capsys.readouterr().err)["error"] == (
+        f"SANDBOX_VALIDATOR must be true or false, got {value!r}"
+    )
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", True), (" true ", True), ("false", False), ("", False),
+                                                 (None, False)])
+def test_sandbox_validator_setting_is_a_boolean_defaulting_to_false(value, expected):
+    env = dict(GATE_ENV) if value is None else {**GATE_ENV, "SANDBOX_VALIDATOR": value}
+
+    assert cli.GateSettings.from_env(env, lambda: "gpu-stack").sandbox_validator is expected
+
+
+def _selector_clients(load_fixture) -> tuple[Any, Any]:
+    """A cluster with one container node (validator stuck) and one VM node (sandbox validator Ready)."""
+    core = fake_api()
+    nodes = {gate.GPU_NODE_SELECTOR: [load_fixture("node-h100-mig-paused")],
+             gate.SANDBOX_NODE_SELECTOR: [load_fixture("node-passthrough-vm")]}
+    pods = {gate.VALIDATOR_POD_SELECTOR: load_fixture("pods-validators")["items"],
+            gate.SANDBOX_VALIDATOR_POD_SELECTOR: load_fixture("pods-sandbox-validators")["items"]}
+    core.list_node.side_effect = lambda label_selector, _request_timeout: model(
+        {"items": nodes[label_selector]}, "V1NodeList")
+    core.list_namespaced_pod.side_effect = lambda namespace, label_selector, _request_timeout: model(
+        {"items": pods[label_selector]}, "V1PodList")
+    return core, fake_api()
+
+
+def test_wait_validated_with_sandbox_validator_judges_vm_nodes(load_fixture, capsys):
+    core, batch = _selector_clients(load_fixture)
+
+    exit_code = cli.main(["wait-validated"], {**GATE_ENV, "SANDBOX_VALIDATOR": "true"},
+                         clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+
+    assert exit_code == 1
+    assert [c.kwargs["label_selector"] for c in core.list_node.call_args_list] == [
+        gate.GPU_NODE_SELECTOR, gate.SANDBOX_NODE_SELECTOR]
+    assert {c.kwargs["namespace"] for c in core.list_namespaced_pod.call_args_list} == {"gpu-operator"}
+    assert last_json_line(capsys.readouterr().out) == {
+        "status": "not-validated", "gpuNodes": 2, "validatedNodes": 1,
+        "notValidated": [{"node": "ip-10-0-40-7.ec2.internal", "reason": "validator not ready: toolkit-validation"}],
+        "sandboxNodes": 1,
+    }
+
+
+def test_sandbox_validator_false_is_byte_for_byte_the_gate_without_it(load_fixture, capsys):
+    lines = []
+    for extra in ({}, {"SANDBOX_VALIDATOR": "false"}):
+        core, batch = _selector_clients(load_fixture)
+        cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", **extra},
+                 clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+        assert [c.kwargs["label_selector"] for c in core.list_node.call_args_list] == [gate.GPU_NODE_SELECTOR]
+        assert [c.kwargs["label_selector"] for c in core.list_namespaced_pod.call_args_list] == [
+            gate.VALIDATOR_POD_SELECTOR]
+        lines.append(capsys.readouterr().out.strip().splitlines()[-1])
+
+    assert lines[0] == lines[1] == (
+        '{"status":"not-validated","gpuNodes":1,"validatedNodes":0,"notValidated":[{"node":'
+        '"ip-10-0-40-7.ec2.internal","reason":"validator not ready: toolkit-validation"}]}'
+    )

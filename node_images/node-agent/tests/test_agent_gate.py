@@ -325,3 +325,180 @@ def test_unavailable_result_names_the_pools():
         "status": "not-validated", "gpuNodes": 0, "validatedNodes": 0, "notValidated": [],
         "error": "connection refused", "pools": ["a100"],
     }
+
+
+# --- VM nodes: the sandbox validator (SANDBOX_VALIDATOR) -----------------------
+
+VM_NODE = "ip-10-0-64-10.ec2.internal"        # sandbox validator Ready
+VM_NODE_STUCK = "ip-10-0-64-11.ec2.internal"  # sandbox validator on vfio-pci-validation
+
+
+@pytest.fixture
+def sandbox_pods(load_fixture) -> list[dict[str, Any]]:
+    return load_fixture("pods-sandbox-validators")["items"]
+
+
+@pytest.fixture
+def vm_node(load_fixture) -> dict[str, Any]:
+    return load_fixture("node-passthrough-vm")
+
+
+def on_node(pod: dict[str, Any], node_name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def test_sandbox_node_selector_narrows_to_the_wave_pools():
+    assert gate.node_selector(sandbox=True) == gate.SANDBOX_NODE_SELECTOR == (
+        "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true"
+    )
+    assert gate.node_selector(("passthrough",), sandbox=True) == (
+        "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true,gpu-stack/pool in (passthrough)"
+    )
+    assert gate.SANDBOX_VALIDATOR_POD_SELECTOR == "app=nvidia-sandbox-validator"
+
+
+def test_recorded_vm_node_is_what_the_agent_leaves_on_a_passthrough_node(vm_node, pool_config):
+    labels = vm_node["metadata"]["labels"]
+
+    assert desired_patch(vm_node, pool_config) is None
+    assert labels["nvidia.com/gpu.deploy.sandbox-validator"] == "true"
+    assert "nvidia.com/gpu.deploy.operator-validator" not in labels
+
+
+def test_vm_node_with_a_ready_sandbox_validator_is_validated(vm_node, validator_pods, sandbox_pods):
+    result = evaluate([], validator_pods, sandbox_nodes=[vm_node], sandbox_pods=sandbox_pods)
+
+    assert result == {"status": "validated", "gpuNodes": 1, "validatedNodes": 1, "notValidated": [],
+                      "sandboxNodes": 1}
+    assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes"]
+
+
+def test_mixed_container_and_vm_cluster_names_each_node_that_is_not_validated(load_fixture, vm_node,
+                                                                             validator_pods, sandbox_pods):
+    nodes = [load_fixture("node-a100-labelled"), load_fixture("node-h100-mig-paused")]
+    vm_nodes = [vm_node, renamed(vm_node, VM_NODE_STUCK), renamed(vm_node, "ip-10-0-64-12.ec2.internal")]
+
+    result = evaluate(nodes, validator_pods, sandbox_nodes=vm_nodes, sandbox_pods=sandbox_pods)
+
+    assert result == {
+        "status": "not-validated",
+        "gpuNodes": 5,
+        "validatedNodes": 2,
+        "notValidated": [
+            {"node": "ip-10-0-40-7.ec2.internal", "reason": "validator not ready: toolkit-validation"},
+            {"node": VM_NODE_STUCK, "reason": "sandbox validator not ready: vfio-pci-validation"},
+            {"node": "ip-10-0-64-12.ec2.internal", "reason": "no sandbox validator pod"},
+        ],
+        "sandboxNodes": 3,
+    }
+
+
+def test_each_kind_of_node_is_vouched_for_only_by_its_own_validator(load_fixture, vm_node, validator_pods,
+                                                                     sandbox_pods):
+    # A Ready operator validator on the VM node, a Ready sandbox validator on the container node.
+    container_node = load_fixture("node-a100-labelled")
+    pods = [on_node(validator_pods[0], VM_NODE)]
+    vm_pods = [on_node(sandbox_pods[0], container_node["metadata"]["name"])]
+
+    result = evaluate([container_node], pods, sandbox_nodes=[vm_node], sandbox_pods=vm_pods)
+
+    assert result["notValidated"] == [
+        {"node": "ip-10-0-12-35.ec2.internal", "reason": "no validator pod"},
+        {"node": VM_NODE, "reason": "no sandbox validator pod"},
+    ]
+    assert result["status"] == "not-validated"
+
+
+def test_sandbox_validator_is_judged_like_the_operator_validator(vm_node, sandbox_pods):
+    # A terminating Ready pod from the previous rollout next to the new one, and a
+    # pod with no init statuses yet.
+    old = on_node(sandbox_pods[0], VM_NODE_STUCK)
+    old["metadata"]["deletionTimestamp"] = "2025-06-02T10:03:30Z"
+    new = sandbox_pods[1]
+    unscheduled = on_node(sandbox_pods[1], VM_NODE)
+    unscheduled["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+
+    result = evaluate([], [], sandbox_nodes=[vm_node, renamed(vm_node, VM_NODE_STUCK)],
+                      sandbox_pods=[old, new, unscheduled])
+
+    assert result["notValidated"] == [
+        {"node": VM_NODE, "reason": "sandbox validator not ready"},
+        {"node": VM_NODE_STUCK, "reason": "sandbox validator not ready: vfio-pci-validation"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("operator_ready", "sandbox_ready", "reason"),
+    [
+        (True, True, None),
+        (True, False, "sandbox validator not ready: vfio-pci-validation"),
+        (False, True, "validator not ready: toolkit-validation"),
+        (False, False, "validator not ready: toolkit-validation; sandbox validator not ready: vfio-pci-validation"),
+    ],
+)
+def test_node_labelled_for_both_validators_needs_both_ready(load_fixture, validator_pods, sandbox_pods,
+                                                            operator_ready, sandbox_ready, reason):
+    node = load_fixture("node-h100-mig-paused")
+    node["metadata"]["labels"]["nvidia.com/gpu.deploy.sandbox-validator"] = "true"
+    pods = [on_node(validator_pods[0], H100_NODE)] if operator_ready else [validator_pods[1]]
+    vm_pods = [on_node(sandbox_pods[0 if sandbox_ready else 1], H100_NODE)]
+
+    result = evaluate([node], pods, sandbox_nodes=[node], sandbox_pods=vm_pods)
+
+    assert result == {
+        "status": "validated" if reason is None else "not-validated",
+        "gpuNodes": 1,
+        "validatedNodes": 1 if reason is None else 0,
+        "notValidated": [] if reason is None else [{"node": H100_NODE, "reason": reason}],
+        "sandboxNodes": 1,
+    }
+
+
+def test_vm_nodes_outside_the_pools_are_ignored(load_fixture, vm_node, validator_pods, sandbox_pods):
+    other_pool = renamed(vm_node, VM_NODE_STUCK)
+    other_pool["metadata"]["labels"]["gpu-stack/pool"] = "passthrough-l40s"
+
+    result = evaluate([load_fixture("node-a100-labelled")], validator_pods, pools=["passthrough"],
+                      sandbox_nodes=[vm_node, other_pool], sandbox_pods=sandbox_pods)
+
+    assert result == {"status": "validated", "gpuNodes": 1, "validatedNodes": 1, "notValidated": [],
+                      "sandboxNodes": 1, "pools": ["passthrough"]}
+
+
+def test_vm_nodes_and_a_driver_wave_together(vm_node, sandbox_pods, driver_daemonsets):
+    result = evaluate([], [], pools=["passthrough"], daemonsets={A100_DS: driver_daemonsets[A100_DS]},
+                      sandbox_nodes=[renamed(vm_node, VM_NODE_STUCK)], sandbox_pods=sandbox_pods)
+
+    assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes", "pools",
+                            "driverRollout"]
+    assert (result["status"], result["gpuNodes"], result["sandboxNodes"]) == ("not-validated", 1, 1)
+
+
+def test_no_container_or_vm_nodes_is_no_gpu_nodes(sandbox_pods):
+    result = evaluate([], [], sandbox_nodes=[], sandbox_pods=sandbox_pods)
+
+    assert result == {"status": "no-gpu-nodes", "gpuNodes": 0, "validatedNodes": 0, "notValidated": [],
+                      "sandboxNodes": 0}
+
+
+def test_without_sandbox_nodes_the_verdict_is_unchanged(load_fixture, validator_pods, sandbox_pods):
+    nodes = [load_fixture("node-a100-labelled"), load_fixture("node-h100-mig-paused")]
+    # Sandbox pods on the very nodes judged: without sandbox_nodes they play no part.
+    vm_pods = [on_node(sandbox_pods[0], H100_NODE)]
+
+    assert evaluate(nodes, validator_pods, sandbox_pods=vm_pods) == evaluate(nodes, validator_pods) == {
+        "status": "not-validated",
+        "gpuNodes": 2,
+        "validatedNodes": 1,
+        "notValidated": [{"node": H100_NODE, "reason": "validator not ready: toolkit-validation"}],
+    }
+
+
+def test_unavailable_result_with_sandbox_validator_counts_no_vm_nodes():
+    result = gate.unavailable_result("connection refused", ["passthrough"], sandbox=True)
+
+    assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes", "error", "pools"]
+    assert result["sandboxNodes"] == 0
+    assert "sandboxNodes" not in gate.unavailable_result("connection refused", ["passthrough"])

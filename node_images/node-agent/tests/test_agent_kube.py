@@ -541,3 +541,148 @@ def test_gate_that_never_reached_the_api_still_names_its_pools():
     assert code == 1
     result = json.loads(out[0])
     assert result["pools"] == ["h100"] and "connection reset" in result["error"]
+
+
+# --- validation gate judging VM nodes too (SANDBOX_VALIDATOR) ----------------
+
+VM_NODE = "ip-10-0-64-10.ec2.internal"
+
+
+def by_selector_api(nodes: dict[str, list[Any]], pods: dict[str, list[Any]]) -> Any:
+    """Fake CoreV1Api answering list_node / list_namespaced_pod by label selector: each
+    call gets that selector's next answer, the last one repeating. An answer is a list
+    of objects or an exception."""
+    core = fake_api()
+    pending = {("nodes", s): list(q) for s, q in nodes.items()} | {("pods", s): list(q) for s, q in pods.items()}
+
+    def answer(kind: str, selector: str, list_kind: str) -> Any:
+        queue = pending[(kind, selector)]
+        item = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(item, Exception):
+            raise item
+        return model({"items": item}, list_kind)
+
+    core.list_node.side_effect = lambda label_selector, _request_timeout: answer(
+        "nodes", label_selector, "V1NodeList")
+    core.list_namespaced_pod.side_effect = lambda namespace, label_selector, _request_timeout: answer(
+        "pods", label_selector, "V1PodList")
+    return core
+
+
+def selectors_read(core: Any) -> list[tuple[str, str, float]]:
+    calls = [("nodes", c.kwargs["label_selector"], c.kwargs["_request_timeout"]) for c in core.list_node.call_args_list]
+    calls += [("pods", c.kwargs["label_selector"], c.kwargs["_request_timeout"])
+              for c in core.list_namespaced_pod.call_args_list]
+    return calls
+
+
+@pytest.fixture
+def sandbox_pods(load_fixture) -> list[dict[str, Any]]:
+    """Ready on ip-10-0-64-10, stuck on vfio-pci-validation on ip-10-0-64-11."""
+    return load_fixture("pods-sandbox-validators")["items"]
+
+
+def test_gate_waits_for_the_sandbox_validator_on_vm_nodes(load_fixture, sandbox_pods):
+    stuck = json.loads(json.dumps(sandbox_pods[1]))
+    stuck["spec"]["nodeName"] = VM_NODE
+    core = by_selector_api(
+        {gate.GPU_NODE_SELECTOR: [[load_fixture("node-a100-labelled")]],
+         gate.SANDBOX_NODE_SELECTOR: [[load_fixture("node-passthrough-vm")]]},
+        {gate.VALIDATOR_POD_SELECTOR: [load_fixture("pods-validators")["items"]],
+         gate.SANDBOX_VALIDATOR_POD_SELECTOR: [[stuck], sandbox_pods]},
+    )
+    batch = fake_api()
+    clock = FakeClock()
+
+    code, out, log = run_gate(core, batch, clock, sandbox_validator=True)
+
+    assert code == 0
+    assert clock.sleeps == [10.0]
+    expected = '{"status":"validated","gpuNodes":2,"validatedNodes":2,"notValidated":[],"sandboxNodes":1}'
+    assert out == [expected]
+    annotation = batch.patch_namespaced_job.call_args.kwargs["body"]["metadata"]["annotations"]
+    assert annotation == {"gpu-stack/validation": expected}
+    assert all(c.kwargs["namespace"] == "gpu-operator" for c in core.list_namespaced_pod.call_args_list)
+    assert sorted(set(selectors_read(core))) == sorted({
+        ("nodes", gate.GPU_NODE_SELECTOR, 10.0),
+        ("nodes", "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true", 10.0),
+        ("pods", gate.VALIDATOR_POD_SELECTOR, 10.0),
+        ("pods", "app=nvidia-sandbox-validator", 10.0),
+    })
+    polls = [r for r in log.records if r["event"] == "poll"]
+    assert [(p["status"], p["gpuNodes"], p["validatedNodes"], p["sandboxNodes"]) for p in polls] == [
+        ("not-validated", 2, 1, 1), ("validated", 2, 2, 1)]
+
+
+def test_gate_keeps_polling_a_stuck_vm_node_of_the_wave_until_the_timeout(load_fixture, sandbox_pods):
+    stuck = json.loads(json.dumps(sandbox_pods[1]))
+    stuck["spec"]["nodeName"] = VM_NODE
+    wave_nodes = f"{gate.GPU_NODE_SELECTOR},gpu-stack/pool in (passthrough)"
+    wave_vm_nodes = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true," \
+                    "gpu-stack/pool in (passthrough)"
+    core = by_selector_api(
+        {wave_nodes: [[]], wave_vm_nodes: [[load_fixture("node-passthrough-vm")]]},
+        {gate.VALIDATOR_POD_SELECTOR: [[]], gate.SANDBOX_VALIDATOR_POD_SELECTOR: [[stuck]]},
+    )
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, fake_api(), clock, timeout=25, poll=10, pools=("passthrough",),
+                            sandbox_validator=True)
+
+    assert code == 1
+    assert clock.sleeps == [10.0, 10.0, 5.0]
+    # Every read, the sandbox ones included, is bounded by the time left.
+    for kind, selector in [("nodes", wave_vm_nodes), ("pods", gate.SANDBOX_VALIDATOR_POD_SELECTOR)]:
+        assert [t for k, s, t in selectors_read(core) if (k, s) == (kind, selector)] == [10.0, 10.0, 5.0, 1.0]
+    assert out == ['{"status":"not-validated","gpuNodes":1,"validatedNodes":0,"notValidated":[{"node":'
+                   '"ip-10-0-64-10.ec2.internal","reason":"sandbox validator not ready: vfio-pci-validation"}],'
+                   '"sandboxNodes":1,"pools":["passthrough"]}']
+
+
+def test_gate_retries_failed_sandbox_reads(load_fixture, sandbox_pods):
+    core = by_selector_api(
+        {gate.GPU_NODE_SELECTOR: [[]],
+         gate.SANDBOX_NODE_SELECTOR: [ApiException(status=403, reason="Forbidden"),
+                                      [load_fixture("node-passthrough-vm")]]},
+        {gate.VALIDATOR_POD_SELECTOR: [[]],
+         gate.SANDBOX_VALIDATOR_POD_SELECTOR: [urllib3.exceptions.ProtocolError("connection reset"), sandbox_pods]},
+    )
+    clock = FakeClock()
+
+    code, out, log = run_gate(core, fake_api(), clock, sandbox_validator=True)
+
+    assert code == 0
+    assert log.events() == ["poll-failed", "poll-failed", "poll"]
+    assert log.records[0]["status"] == 403 and "connection reset" in log.records[1]["error"]
+    assert clock.sleeps == [10.0, 10.0]
+    assert json.loads(out[0]) == {"status": "validated", "gpuNodes": 1, "validatedNodes": 1, "notValidated": [],
+                                  "sandboxNodes": 1}
+
+
+def test_gate_without_sandbox_validator_reads_nothing_of_the_vm_nodes(load_fixture, sandbox_pods):
+    core = by_selector_api(
+        {gate.GPU_NODE_SELECTOR: [[load_fixture("node-a100-labelled")]],
+         gate.SANDBOX_NODE_SELECTOR: [[load_fixture("node-passthrough-vm")]]},
+        {gate.VALIDATOR_POD_SELECTOR: [load_fixture("pods-validators")["items"]],
+         gate.SANDBOX_VALIDATOR_POD_SELECTOR: [sandbox_pods]},
+    )
+
+    code, out, log = run_gate(core, fake_api(), FakeClock())
+
+    assert code == 0
+    assert selectors_read(core) == [("nodes", gate.GPU_NODE_SELECTOR, 10.0),
+                                    ("pods", gate.VALIDATOR_POD_SELECTOR, 10.0)]
+    assert out == ['{"status":"validated","gpuNodes":1,"validatedNodes":1,"notValidated":[]}']
+    assert "sandboxNodes" not in log.records[0]
+
+
+def test_gate_with_sandbox_validator_that_never_reached_the_api():
+    core = fake_api()
+    core.list_node.side_effect = urllib3.exceptions.ProtocolError("connection reset")
+
+    code, out, _ = run_gate(core, fake_api(), FakeClock(), timeout=0, sandbox_validator=True)
+
+    assert code == 1
+    result = json.loads(out[0])
+    assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes", "error"]
+    assert result["sandboxNodes"] == 0 and "connection reset" in result["error"]
