@@ -54,6 +54,9 @@ class Images:
     dcgm_exporter: str
     mig_manager: str
     sandbox_device_plugin: str
+    kata_device_plugin: str
+    cc_manager: str
+    vgpu_device_manager: str
     node_agent: Optional[str]
 
 

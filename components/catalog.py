@@ -29,6 +29,11 @@ IMAGES: dict[str, tuple[str, str]] = {
     "migManager": ("nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
     # KubeVirt's GPU device plugin, for vm-passthrough and vm-vgpu nodes (`sandboxDevicePlugin`).
     "sandboxDevicePlugin": ("nvidia/kubevirt-gpu-device-plugin", "v1.6.0"),
+    # Kata sandboxes get NVIDIA's own sandbox device plugin (`kataSandboxDevicePlugin`) and the confidential
+    # computing manager (`ccManager`); vGPU nodes the vGPU device manager (`vgpuDeviceManager`).
+    "kataDevicePlugin": ("nvidia/cloud-native/nvidia-sandbox-device-plugin", "v0.0.5"),
+    "ccManager": ("nvidia/cloud-native/k8s-cc-manager", "v0.4.3"),
+    "vgpuDeviceManager": ("nvidia/cloud-native/vgpu-device-manager", "v0.5.0"),
 }
 
 # The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).

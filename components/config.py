@@ -149,6 +149,9 @@ class Versions(_Model):
     dcgm_exporter: str = catalog.IMAGES["dcgmExporter"][1]
     mig_manager: str = catalog.IMAGES["migManager"][1]
     sandbox_device_plugin: str = catalog.IMAGES["sandboxDevicePlugin"][1]
+    kata_device_plugin: str = catalog.IMAGES["kataDevicePlugin"][1]
+    cc_manager: str = catalog.IMAGES["ccManager"][1]
+    vgpu_device_manager: str = catalog.IMAGES["vgpuDeviceManager"][1]
     nfd_chart: str = catalog.NFD_CHART_VERSION
 
     _tags = field_validator(
@@ -161,6 +164,9 @@ class Versions(_Model):
         "dcgm_exporter",
         "mig_manager",
         "sandbox_device_plugin",
+        "kata_device_plugin",
+        "cc_manager",
+        "vgpu_device_manager",
         "nfd_chart",
     )(_image_version)
 
@@ -346,11 +352,21 @@ class KubeVirt(_Model):
         return value
 
 
+class CcManager(_Model):
+    """NVIDIA's confidential-computing manager, deployed in kata mode (`ccManager`, Helm defaults)."""
+
+    enabled: StrictBool = True
+    # DEFAULT_CC_MODE for CC-capable GPUs whose node sets no nvidia.com/cc.mode label.
+    default_mode: Literal["on", "off", "devtools"] = "on"
+
+
 class SandboxWorkloads(_Model):
     """How VM pools (`workloadType: vm-passthrough | vm-vgpu`) hand their GPUs over (fact sheet §7)."""
 
-    # kubevirt: the KubeVirt GPU device plugin advertises the GPUs to virt-launcher pods.
-    mode: Literal["kubevirt"] = "kubevirt"
+    # kubevirt: the KubeVirt GPU device plugin advertises the GPUs to virt-launcher pods; kata: NVIDIA's sandbox
+    # device plugin serves Kata Containers, with the confidential-computing manager beside it.
+    mode: Literal["kubevirt", "kata"] = "kubevirt"
+    cc_manager: CcManager = CcManager()
     # What the sandbox validator assumes for a node whose nvidia.com/gpu.workload.config label is missing.
     default_workload: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
     kubevirt: KubeVirt = KubeVirt()

@@ -59,6 +59,9 @@ DEPLOY_COMPONENTS_BY_WORKLOAD: dict[str, tuple[str, ...]] = {
     ),
 }
 MIG_MANAGER_DEPLOY_COMPONENT = "mig-manager"
+# With sandboxWorkloads.mode kata, vm-passthrough nodes take Kata's sandbox device plugin in place of KubeVirt's
+# (GO:controllers/state_manager.go, fact sheet §7).
+KATA_DEPLOY_SUBSTITUTES: dict[str, str] = {"sandbox-device-plugin": "kata-sandbox-device-plugin"}
 
 # Every deploy label the labeller may remove when a node's workload type says it does not belong there.
 ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (

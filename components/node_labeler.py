@@ -48,8 +48,10 @@ AGENT_SECURITY = SecurityContextArgs(
 )
 
 
-def deploy_labels(pool: NodePool, *, driver_deployed: bool) -> list[str]:
+def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = "kubevirt") -> list[str]:
     components = list(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[pool.workload_type])
+    if sandbox_mode == "kata" and pool.workload_type == "vm-passthrough":
+        components = [consts.KATA_DEPLOY_SUBSTITUTES.get(c, c) for c in components]
     if not driver_deployed and "driver" in components:
         # The node image ships the driver: no driver DaemonSet may ever select these nodes.
         components.remove("driver")
@@ -69,7 +71,9 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str
     return labels
 
 
-def agent_config(pools: Sequence[NodePool], *, driver_pools: frozenset[str], device_plugin_configs: bool) -> dict:
+def agent_config(
+    pools: Sequence[NodePool], *, driver_pools: frozenset[str], device_plugin_configs: bool, sandbox_mode: str = "kubevirt"
+) -> dict:
     """The document the agent reads; pool order is match order (first match wins)."""
     return {
         "version": CONFIG_VERSION,
@@ -81,7 +85,7 @@ def agent_config(pools: Sequence[NodePool], *, driver_pools: frozenset[str], dev
                 # Not read by the labelling rules: it is what the policy pack and drift reports compare against.
                 "gpuModel": pool.gpu_model,
                 "nodeSelector": dict(pool.node_selector),
-                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_pools),
+                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_pools, sandbox_mode=sandbox_mode),
                 "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
             }
             for pool in pools
@@ -115,6 +119,7 @@ class NodeLabeler(pulumi.ComponentResource):
         pools: Sequence[NodePool],
         driver_pools: frozenset[str],
         device_plugin_configs: bool,
+        sandbox_mode: str,
         resync_seconds: int,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
@@ -122,7 +127,9 @@ class NodeLabeler(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:NodeLabeler", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch", "patch"])], opts=child)
-        document = agent_config(pools, driver_pools=driver_pools, device_plugin_configs=device_plugin_configs)
+        document = agent_config(
+            pools, driver_pools=driver_pools, device_plugin_configs=device_plugin_configs, sandbox_mode=sandbox_mode
+        )
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),

@@ -45,6 +45,8 @@ STATE_ORDER: tuple[State, ...] = (
     State("state-sandbox-validation", "assets/state-sandbox-validation", "sandbox_validator"),
     State("state-vfio-manager", "assets/state-vfio-manager", "vfio_manager"),
     State("state-sandbox-device-plugin", "assets/state-sandbox-device-plugin", "sandbox_device_plugin"),
+    State("state-kata-device-plugin", "assets/state-kata-device-plugin", "kata_device_plugin"),
+    State("state-cc-manager", "assets/state-cc-manager", "cc_manager"),
     State("kubevirt-host-devices", "the operator's KubeVirt docs (permittedHostDevices, set by hand there)", "kubevirt"),
     State("stack-monitoring", "assets/state-operator-metrics (no operator process: rules over the operands' metrics)", "monitoring"),
     State("driver-waves", "upgrade controller (pkg/upgrade): waves after the first, each behind a gate", "driver_waves"),

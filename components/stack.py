@@ -22,6 +22,8 @@ from components.device_plugin import DevicePlugin
 from components.driver import Driver, first_wave, plan_targets
 from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
+from components.cc_manager import CcManager
+from components.kata_device_plugin import KataDevicePlugin
 from components.kubevirt import KubeVirtHostDevices, permitted_pci_devices
 from components.mig_manager import MigManager
 from components.monitoring import StackMonitoring
@@ -73,6 +75,9 @@ def resolve_images(cfg: StackConfig) -> Images:
         dcgm_exporter=ref("dcgmExporter", versions.dcgm_exporter),
         mig_manager=ref("migManager", versions.mig_manager),
         sandbox_device_plugin=ref("sandboxDevicePlugin", versions.sandbox_device_plugin),
+        kata_device_plugin=ref("kataDevicePlugin", versions.kata_device_plugin),
+        cc_manager=ref("ccManager", versions.cc_manager),
+        vgpu_device_manager=ref("vgpuDeviceManager", versions.vgpu_device_manager),
         node_agent=cfg.node_agent.image,
     )
 
@@ -124,6 +129,8 @@ class GpuStack(pulumi.ComponentResource):
             "state-sandbox-validation": self._sandbox_validator,
             "state-vfio-manager": self._vfio_manager,
             "state-sandbox-device-plugin": self._sandbox_device_plugin,
+            "state-kata-device-plugin": self._kata_device_plugin,
+            "state-cc-manager": self._cc_manager,
             "kubevirt-host-devices": self._kubevirt_host_devices,
             "stack-monitoring": self._monitoring,
             "driver-waves": self._driver_waves,
@@ -170,6 +177,7 @@ class GpuStack(pulumi.ComponentResource):
             image=cfg.node_agent.image,
             pools=cfg.node_pools,
             driver_pools=frozenset(p.name for p in cfg.driver_pools),
+            sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
             resync_seconds=cfg.node_agent.resync_seconds,
             depends_on=after,
@@ -330,10 +338,11 @@ class GpuStack(pulumi.ComponentResource):
     def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
         if not self._vm_pools():
             return None
+        sandbox = self._cfg.sandbox_workloads
         return SandboxValidator(
             "state-sandbox-validation",
             ops=self._ops,
-            cc_manager=False,
+            cc_manager=sandbox.mode == "kata" and sandbox.cc_manager.enabled,
             vgpu=bool(self._cfg.pools_of("vm-vgpu")),
             default_workload=self._cfg.sandbox_workloads.default_workload,
             depends_on=after,
@@ -349,6 +358,19 @@ class GpuStack(pulumi.ComponentResource):
         if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":
             return None
         return SandboxDevicePlugin("state-sandbox-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _kata_device_plugin(self, after: list[pulumi.Resource]) -> Optional[KataDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kata":
+            return None
+        return KataDevicePlugin("state-kata-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _cc_manager(self, after: list[pulumi.Resource]) -> Optional[CcManager]:
+        sandbox = self._cfg.sandbox_workloads
+        if not self._vm_pools() or sandbox.mode != "kata" or not sandbox.cc_manager.enabled:
+            return None
+        return CcManager(
+            "state-cc-manager", ops=self._ops, default_mode=sandbox.cc_manager.default_mode, depends_on=after, opts=self._opts()
+        )
 
     def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
         sandbox = self._cfg.sandbox_workloads
@@ -394,6 +416,7 @@ class GpuStack(pulumi.ComponentResource):
             mode=cfg.validation.mode,
             timeout_seconds=cfg.validation.timeout_seconds,
             stack_digest=stack_digest(cfg),
+            sandbox_validator="state-sandbox-validation" in self.states,
             # after every state, not only the previous one: it judges the whole stack
             depends_on=list(self.states.values()),
             opts=self._opts(),

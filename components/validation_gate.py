@@ -5,6 +5,8 @@ health here: a Job, run by the node agent image after everything else is applied
 the GPU nodes until all are Ready or the stack's timeout passes. Nothing depends on this component, so nothing
 the validator needs ever waits on the validator.
 
+Nodes of VM pools are judged by their Ready `nvidia-sandbox-validator` pod instead (`SANDBOX_VALIDATOR`).
+
 - strict: the Job fails when a node is not validated in time, and so does the update;
 - advisory: the Job always completes and records its verdict in the annotation `gpu-stack/validation`, which
   the program exports as the `validation` stack output.
@@ -132,6 +134,7 @@ class ValidationGate(pulumi.ComponentResource):
         mode: str,
         timeout_seconds: int,
         stack_digest: str,
+        sandbox_validator: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -147,6 +150,8 @@ class ValidationGate(pulumi.ComponentResource):
             timeout_seconds=timeout_seconds,
             labels={"gpu-stack/validates": VALIDATOR},
             annotations={DIGEST_ANNOTATION: stack_digest},
+            # VM nodes run NVIDIA's sandbox validator instead; the gate judges them by it
+            extra_env=[env("SANDBOX_VALIDATOR", "true")] if sandbox_validator else [],
             opts=also_after(child, *rbac.resources),
         )
         self.result = self.job.metadata.apply(lambda m: parse_result(m.annotations if m else None))

@@ -241,7 +241,9 @@ BAD = [
     ("B200 on a branch before its first", lambda c: c[P][0].update(gpuModel="B200", driver={"version": "550.144.03"}), "gpu-stack:nodePools[0].driver.version", "B200 needs driver branch 570 or later; this pool's driver is branch 550"),
     ("proprietary on Grace Hopper", lambda c: c[P][0].update(gpuModel="GH200", driver={"kernelModuleType": "proprietary"}), "gpu-stack:nodePools[0].driver.kernelModuleType", "GH200 (hopper) runs only on the open kernel modules"),
     ("vGPU pools are not deployable yet", lambda c: c[P][1].update(workloadType="vm-vgpu", sharing={}), "gpu-stack:nodePools[1].workloadType", "vm-vgpu needs the vGPU manager"),
-    ("sandbox mode", setter("gpu-stack:sandboxWorkloads", "mode", value="kata"), "gpu-stack:sandboxWorkloads.mode", "'kubevirt'"),
+    ("sandbox mode", setter("gpu-stack:sandboxWorkloads", "mode", value="firecracker"), "gpu-stack:sandboxWorkloads.mode", "'kubevirt', 'kata'"),
+    ("cc mode", setter("gpu-stack:sandboxWorkloads", "ccManager", value={"defaultMode": "ON"}), "gpu-stack:sandboxWorkloads.ccManager.defaultMode", "'on', 'off', 'devtools'"),
+    ("cc switch", setter("gpu-stack:sandboxWorkloads", "ccManager", value={"enabled": "yes"}), "gpu-stack:sandboxWorkloads.ccManager.enabled", "true, false"),
     ("sandbox default workload", setter("gpu-stack:sandboxWorkloads", "defaultWorkload", value="vm"), "gpu-stack:sandboxWorkloads.defaultWorkload", "'container', 'vm-passthrough', 'vm-vgpu'"),
     ("driver keys on a VM pool", lambda c: c[P][1].update(workloadType="vm-passthrough", sharing={}, driver={"mode": "host"}), "gpu-stack:nodePools[1].driver", "vm-passthrough pools take no container driver"),
 ]

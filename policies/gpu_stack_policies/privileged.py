@@ -111,6 +111,12 @@ ALLOWANCES: dict[str, Allowance] = {
         {"vfio-pci-validation", "vgpu-devices-validation", "nvidia-sandbox-device-plugin-ctr"},
         {"/dev/vfio", "/run/nvidia/validations", "/var/lib/kubelet/device-plugins", "/var/run/cdi"},
     ),
+    # Kata sandboxes (assets/state-kata-device-plugin, state-cc-manager)
+    "nvidia-kata-sandbox-device-plugin-daemonset": _allow(
+        {"vfio-pci-validation", "nvidia-kata-sandbox-device-plugin-ctr"},
+        {"/run/nvidia/validations", "/var/lib/kubelet/device-plugins", "/var/run/cdi"},
+    ),
+    "nvidia-cc-manager": _allow({"nvidia-cc-manager"}, {"/run/nvidia", "/sys"}),
 }
 NOTHING = _allow(set(), set())
 

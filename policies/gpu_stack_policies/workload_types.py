@@ -58,6 +58,8 @@ def allowed_components(workload_type: str) -> set[str]:
     allowed = set(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[workload_type])
     if workload_type == "container":
         allowed.add(consts.MIG_MANAGER_DEPLOY_COMPONENT)
+    # the Kata sandbox device plugin stands in for KubeVirt's in kata mode
+    allowed |= {consts.KATA_DEPLOY_SUBSTITUTES[c] for c in allowed if c in consts.KATA_DEPLOY_SUBSTITUTES}
     return allowed
 
 
