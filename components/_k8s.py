@@ -275,6 +275,7 @@ def operand_daemonset(
     share_process_namespace: Optional[bool] = None,
     affinity: Optional[k8s.core.v1.AffinityArgs] = None,
     update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
+    termination_grace_period_seconds: Optional[int] = None,
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     """An operand DaemonSet with the operator's common transforms applied.
@@ -324,6 +325,7 @@ def operand_daemonset(
                     dns_policy="ClusterFirstWithHostNet" if host_network else None,
                     automount_service_account_token=automount_token,
                     share_process_namespace=share_process_namespace,
+                    termination_grace_period_seconds=termination_grace_period_seconds,
                     runtime_class_name=ops.runtime_class if runtime_class else None,
                     image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
                     init_containers=list(init_containers) or None,

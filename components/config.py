@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from components import catalog, dcgm_metrics, mig_catalog
+from components import catalog, dcgm_metrics, mig_catalog, vgpu_catalog
 from node_images import catalog as node_image_catalog
 
 NAMESPACE = "gpu-stack"
@@ -394,21 +394,39 @@ class Nfd(_Model):
         return value
 
 
+def _pinned_image(value: Optional[str]) -> Optional[str]:
+    if value is None or "@sha256:" in value:
+        return value
+    name, _, tag = value.rpartition(":")
+    if not name or "/" in tag or not tag:
+        raise ValueError(f"{value!r} has no tag; pin it, e.g. harbor.platform.internal/gpu-stack/node-agent:0.1.0")
+    _image_version(tag)
+    return value
+
+
 class NodeAgent(_Model):
     image: Optional[str] = None
     resync_seconds: int = Field(default=60, ge=10, le=3600)
 
-    @field_validator("image")
+    _pinned = field_validator("image")(_pinned_image)
+
+
+class Vgpu(_Model):
+    """vm-vgpu pools: NVIDIA's vGPU host driver and the vGPU devices each GPU is split into."""
+
+    # The vGPU manager image the team built from NVIDIA's licensed vGPU software (NVIDIA publishes none), with its
+    # `-<osTag>` suffix, e.g. harbor.platform.internal/gpu-stack/vgpu-manager:580.95.02-ubuntu22.04.
+    manager_image: Optional[str] = None
+    # DEFAULT_VGPU_CONFIG: the vgpu-configs entry of a node whose pool names none.
+    default_config: str = vgpu_catalog.DEFAULT_CONFIG
+
+    _pinned = field_validator("manager_image")(_pinned_image)
+
+    @field_validator("default_config")
     @classmethod
-    def _pinned(cls, value: Optional[str]) -> Optional[str]:
-        if value is None:
-            return value
-        if "@sha256:" in value:
-            return value
-        name, _, tag = value.rpartition(":")
-        if not name or "/" in tag or not tag:
-            raise ValueError(f"{value!r} has no tag; pin it, e.g. registry.example.org/gpu-stack-node-agent:0.1.0")
-        _image_version(tag)
+    def _known(cls, value: str) -> str:
+        if value not in vgpu_catalog.config_names():
+            raise ValueError(f"no vGPU config named {value!r} in default-vgpu-devices-config (e.g. default, A10-12Q)")
         return value
 
 
@@ -577,6 +595,8 @@ class NodePool(_Model):
     workload_type: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
     driver: PoolDriver = PoolDriver()
     sharing: Sharing = Sharing()
+    # vm-vgpu pools: the vgpu-configs entry their GPUs are split by (label nvidia.com/vgpu.config).
+    vgpu_config: Optional[str] = None
 
     @field_validator("name")
     @classmethod
@@ -688,6 +708,7 @@ class StackConfig(_Model):
     components: Components = Components()
     upgrade: Upgrade = Upgrade()
     sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
+    vgpu: Vgpu = Vgpu()
 
     @field_validator("mig_layouts")
     @classmethod
@@ -961,14 +982,7 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
     elif image is not None and pool.os is not None and pool.os != image.os_tag:
         problems.append((f"{here}.os", f"{pool.os!r} contradicts nodeImage {image.name!r} ({image.os_tag}); remove os"))
     own = pool.driver
-    if pool.workload_type == "vm-vgpu":
-        problems.append(
-            (
-                f"{here}.workloadType",
-                "vm-vgpu needs the vGPU manager and vGPU device manager, which gpu-stack does not deploy yet; "
-                "use vm-passthrough (whole GPUs bound to vfio-pci) or container",
-            )
-        )
+    problems += _vgpu_checks(cfg, pool, here)
     if pool.workload_type == "vm-passthrough" and not any(
         catalog.kubevirt_resource_name(pci_id) for pci_id in pool.model.pci_device_ids
     ):
@@ -1020,6 +1034,26 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
                         "node_images/catalog.yaml, or use driver mode 'managed'",
                     )
                 )
+    return problems
+
+
+def _vgpu_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    if pool.workload_type != "vm-vgpu":
+        if pool.vgpu_config is not None:
+            return [(f"{here}.vgpuConfig", f"only vm-vgpu pools split GPUs into vGPUs, not {pool.workload_type!r}; remove it")]
+        return []
+    problems: list[tuple[str, str]] = []
+    if cfg.vgpu.manager_image is None:
+        problems.append(
+            (f"{NAMESPACE}:vgpu.managerImage", "required with a vm-vgpu pool: NVIDIA publishes no vGPU manager image; build one and pin it")
+        )
+    if cfg.sandbox_workloads.mode != "kubevirt":
+        problems.append((f"{here}.workloadType", "vGPUs are served to KubeVirt VMs: set gpu-stack:sandboxWorkloads.mode: kubevirt"))
+    config = pool.vgpu_config or cfg.vgpu.default_config
+    problem = vgpu_catalog.config_problem(config, pool.gpu_model)
+    if problem:
+        key = f"{here}.vgpuConfig" if pool.vgpu_config else f"{here}.gpuModel"
+        problems.append((key, problem))
     return problems
 
 

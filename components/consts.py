@@ -12,6 +12,8 @@ DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
 MIG_CONFIG = "nvidia.com/mig.config"
+# Read by the vGPU device manager; a node without it gets DEFAULT_VGPU_CONFIG.
+VGPU_CONFIG = "nvidia.com/vgpu.config"
 # Written by gpu-stack's node agent: the pool a node matched (node_images/node-agent).
 POOL_LABEL = "gpu-stack/pool"
 

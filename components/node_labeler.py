@@ -62,6 +62,8 @@ def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = 
 
 def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str]:
     labels = {consts.WORKLOAD_CONFIG: pool.workload_type}
+    if pool.workload_type == "vm-vgpu" and pool.vgpu_config:
+        labels[consts.VGPU_CONFIG] = pool.vgpu_config
     if pool.workload_type == "container":
         if device_plugin_configs:
             labels[consts.DEVICE_PLUGIN_CONFIG] = sharing.config_key(pool)

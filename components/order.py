@@ -42,6 +42,8 @@ STATE_ORDER: tuple[State, ...] = (
     State("gpu-feature-discovery", "assets/gpu-feature-discovery", "gfd"),
     State("state-mig-manager", "assets/state-mig-manager", "mig_manager"),
     State("state-node-status-exporter", "assets/state-node-status-exporter", "node_status_exporter"),
+    State("state-vgpu-manager", "assets/state-vgpu-manager", "vgpu_manager"),
+    State("state-vgpu-device-manager", "assets/state-vgpu-device-manager", "vgpu_device_manager"),
     State("state-sandbox-validation", "assets/state-sandbox-validation", "sandbox_validator"),
     State("state-vfio-manager", "assets/state-vfio-manager", "vfio_manager"),
     State("state-sandbox-device-plugin", "assets/state-sandbox-device-plugin", "sandbox_device_plugin"),

@@ -40,6 +40,8 @@ from components.validation_gate import ValidationGate
 from components.validator import OperatorValidator
 from components.validator import ready_files as validator_ready_files
 from components.vfio_manager import VfioManager
+from components.vgpu_device_manager import VgpuDeviceManager
+from components.vgpu_manager import VgpuManager
 
 
 def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
@@ -126,6 +128,8 @@ class GpuStack(pulumi.ComponentResource):
             "gpu-feature-discovery": self._gfd,
             "state-mig-manager": self._mig_manager,
             "state-node-status-exporter": self._node_status_exporter,
+            "state-vgpu-manager": self._vgpu_manager,
+            "state-vgpu-device-manager": self._vgpu_device_manager,
             "state-sandbox-validation": self._sandbox_validator,
             "state-vfio-manager": self._vfio_manager,
             "state-sandbox-device-plugin": self._sandbox_device_plugin,
@@ -334,6 +338,24 @@ class GpuStack(pulumi.ComponentResource):
 
     def _vm_pools(self) -> bool:
         return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
+
+    def _vgpu_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuManager]:
+        image = self._cfg.vgpu.manager_image
+        if not self._cfg.pools_of("vm-vgpu"):
+            return None
+        assert image is not None  # load_config requires it with a vm-vgpu pool
+        return VgpuManager("state-vgpu-manager", ops=self._ops, image=image, depends_on=after, opts=self._opts())
+
+    def _vgpu_device_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuDeviceManager]:
+        if not self._cfg.pools_of("vm-vgpu"):
+            return None
+        return VgpuDeviceManager(
+            "state-vgpu-device-manager",
+            ops=self._ops,
+            default_config=self._cfg.vgpu.default_config,
+            depends_on=after,
+            opts=self._opts(),
+        )
 
     def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
         if not self._vm_pools():

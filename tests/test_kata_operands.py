@@ -33,6 +33,9 @@ KUBEVIRT_PLUGIN = "nvidia-sandbox-device-plugin-daemonset"
 
 def kata_config(*, cc_manager: bool = True, default_mode: str = "on") -> dict:
     config = copy.deepcopy(stack_config("kubevirt"))
+    # Kata takes whole GPUs only: the stack's vGPU pool stays with KubeVirt
+    config["gpu-stack:nodePools"] = [p for p in config["gpu-stack:nodePools"] if p.get("workloadType") != "vm-vgpu"]
+    del config["gpu-stack:vgpu"]
     config["gpu-stack:sandboxWorkloads"] = {"mode": "kata", "ccManager": {"enabled": cc_manager, "defaultMode": default_mode}}
     return config
 

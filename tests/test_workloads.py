@@ -53,7 +53,21 @@ def test_each_workload_type_gets_exactly_its_daemonsets():
             "nvidia-vfio-manager",
             "nvidia-sandbox-device-plugin-daemonset",
         },
+        "vgpu-a10": {
+            "gpu-stack-node-labeler",
+            "nvidia-vgpu-manager-daemonset",
+            "nvidia-vgpu-device-manager",
+            "nvidia-sandbox-validator",
+            "nvidia-sandbox-device-plugin-daemonset",
+        },
     }
+
+
+def test_a_vgpu_pool_names_its_vgpu_config_on_its_nodes():
+    pools = json.loads(objects(render_stack("kubevirt"), "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])["pools"]
+    labels = {p["name"]: p["labels"] for p in pools}
+    assert labels["vgpu-a10"]["nvidia.com/vgpu.config"] == "A10-12Q"
+    assert "nvidia.com/vgpu.config" not in labels["vm-a100"]
 
 
 def test_container_stacks_render_no_vm_operands():

@@ -117,6 +117,19 @@ ALLOWANCES: dict[str, Allowance] = {
         {"/run/nvidia/validations", "/var/lib/kubelet/device-plugins", "/var/run/cdi"},
     ),
     "nvidia-cc-manager": _allow({"nvidia-cc-manager"}, {"/run/nvidia", "/sys"}),
+    # vGPU nodes (assets/state-vgpu-manager, state-vgpu-device-manager)
+    "nvidia-vgpu-manager-daemonset": _allow(
+        {"k8s-driver-manager", "nvidia-vgpu-manager-ctr"},
+        {
+            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/nvidia", "/run/nvidia/driver/lib/firmware", "/sys",
+            "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
+        },
+        {"hostPID", "hostIPC"},
+    ),
+    "nvidia-vgpu-device-manager": _allow(
+        {"vgpu-manager-validation", "nvidia-vgpu-device-manager"},
+        {"/", "/run/nvidia/driver", "/run/nvidia/validations", "/sys"},
+    ),
 }
 NOTHING = _allow(set(), set())
 
