@@ -17,8 +17,11 @@ from pulumi_kubernetes.core.v1 import (
     EmptyDirVolumeSourceArgs,
     EnvVarArgs,
     EnvVarSourceArgs,
+    ExecActionArgs,
     HostPathVolumeSourceArgs,
     KeyToPathArgs,
+    LifecycleArgs,
+    LifecycleHandlerArgs,
     LocalObjectReferenceArgs,
     ObjectFieldSelectorArgs,
     PodSpecArgs,
@@ -189,6 +192,23 @@ def validator_container(
         args=["nvidia-validator"],
         env=[env("WITH_WAIT", "true" if with_wait else "false"), env("COMPONENT", component), *extra_env],
         security_context=security_context,
+        volume_mounts=list(mounts),
+    )
+
+
+def validator_main(name: str, image: str, *, withdraw: str, mounts: Sequence[VolumeMountArgs]) -> ContainerArgs:
+    """A validator DaemonSet's main container: its checks ran as init containers, so it only stays up, and when
+    stopped it removes the files `withdraw` matches under /run/nvidia/validations, taking its verdict back."""
+    return ContainerArgs(
+        name=name,
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["sh", "-c"],
+        args=["echo all validations are successful; while true; do sleep 86400; done"],
+        security_context=PRIVILEGED_ROOT,
+        lifecycle=LifecycleArgs(
+            pre_stop=LifecycleHandlerArgs(exec_=ExecActionArgs(command=["sh", "-c", f"rm -f {consts.VALIDATIONS_DIR}/{withdraw}"]))
+        ),
         volume_mounts=list(mounts),
     )
 

@@ -24,9 +24,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.core.v1 import (
     ContainerArgs,
-    ExecActionArgs,
-    LifecycleArgs,
-    LifecycleHandlerArgs,
     SecurityContextArgs,
     VolumeMountArgs,
 )
@@ -48,6 +45,7 @@ from components._k8s import (
     rbac_set,
     rule,
     validator_container,
+    validator_main,
 )
 
 NAME = "nvidia-sandbox-validator"
@@ -128,20 +126,9 @@ class SandboxValidator(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:SandboxValidator", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
-        main = ContainerArgs(
-            name=NAME,
-            image=ops.images.validator,
-            image_pull_policy="IfNotPresent",
-            command=["sh", "-c"],
-            args=["echo all validations are successful; while true; do sleep 86400; done"],
-            security_context=PRIVILEGED_ROOT,
-            # Clearing every file, workload-type included, holds the device plugin's gate shut until a new
-            # validator pod has re-read the node's workload type.
-            lifecycle=LifecycleArgs(
-                pre_stop=LifecycleHandlerArgs(exec_=ExecActionArgs(command=["sh", "-c", f"rm -f {consts.VALIDATIONS_DIR}/*"]))
-            ),
-            volume_mounts=[VALIDATIONS_MOUNT],
-        )
+        # Clearing every file, workload-type included, holds the device plugin's gate shut until a new
+        # validator pod has re-read the node's workload type.
+        main = validator_main(NAME, ops.images.validator, withdraw="*", mounts=[VALIDATIONS_MOUNT])
         volumes = [VALIDATIONS_VOLUME, host_path("host-root", "/")]
         if vgpu:
             volumes.insert(1, host_path(DRIVER_INSTALL_VOLUME, consts.DRIVER_INSTALL_DIR))

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_kubernetes.core.v1 import ContainerArgs, LifecycleArgs, LifecycleHandlerArgs, ExecActionArgs
+from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components import consts
 from components._k8s import (
@@ -32,6 +32,7 @@ from components._k8s import (
     rbac_set,
     rule,
     validator_container,
+    validator_main,
 )
 
 NAME = "nvidia-operator-validator"
@@ -146,19 +147,8 @@ class OperatorValidator(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:OperatorValidator", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
-        main = ContainerArgs(
-            name=NAME,
-            image=ops.images.validator,
-            image_pull_policy="IfNotPresent",
-            command=["sh", "-c"],
-            args=["echo all validations are successful; while true; do sleep 86400; done"],
-            security_context=PRIVILEGED_ROOT,
-            # A stopping validator withdraws its verdict so nothing trusts a node mid-change.
-            lifecycle=LifecycleArgs(
-                pre_stop=LifecycleHandlerArgs(exec_=ExecActionArgs(command=["sh", "-c", f"rm -f {consts.VALIDATIONS_DIR}/*-ready"]))
-            ),
-            volume_mounts=[VALIDATIONS_MOUNT],
-        )
+        # A stopping validator withdraws its verdict so nothing trusts a node mid-change.
+        main = validator_main(NAME, ops.images.validator, withdraw="*-ready", mounts=[VALIDATIONS_MOUNT])
         self.daemonset = operand_daemonset(
             NAME,
             ops,
