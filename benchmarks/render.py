@@ -110,10 +110,16 @@ def generated_pools(count: int) -> list[dict[str, Any]]:
 
 
 def stack_config(pool_count: int) -> dict[str, str]:
-    """The stack's config bag as the CLI passes it, with `gpu-stack:nodePools` replaced by generated pools."""
+    """The stack's config bag as the CLI passes it, with `gpu-stack:nodePools` replaced by generated pools and its
+    upgrade waves by a canary (the first pool) and the rest."""
     with STACK_FILE.open() as handle:
         bag = stack_file_config(yaml.safe_load(handle))
-    bag[f"{NAMESPACE}:nodePools"] = json.dumps(generated_pools(pool_count))
+    pools = generated_pools(pool_count)
+    bag[f"{NAMESPACE}:nodePools"] = json.dumps(pools)
+    upgrade = json.loads(bag[f"{NAMESPACE}:upgrade"])
+    names = [p["name"] for p in pools]
+    upgrade["waves"] = [{"name": "canary", "pools": names[:1]}, *([{"name": "rest", "pools": names[1:]}] if names[1:] else [])]
+    bag[f"{NAMESPACE}:upgrade"] = json.dumps(upgrade)
     return bag
 
 
