@@ -1125,7 +1125,16 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
-    if len({cfg.pool_driver(p).os_tag for p in cfg.driver_pools}) > 1 and not cfg.components.node_labeler:
+    own_driver = [p.name for p in cfg.driver_pools if cfg.pool_driver(p).own]
+    if own_driver and not cfg.components.node_labeler:
+        problems.append(
+            (
+                f"{NAMESPACE}:components.nodeLabeler",
+                f"pools with a driver of their own ({', '.join(own_driver)}) get their own driver DaemonSet, selected by "
+                "the gpu-stack/pool label the node labeller writes: set it to true",
+            )
+        )
+    elif len({cfg.pool_driver(p).os_tag for p in cfg.driver_pools}) > 1 and not cfg.components.node_labeler:
         problems.append(
             (
                 f"{NAMESPACE}:components.nodeLabeler",

@@ -235,6 +235,7 @@ BAD = [
     ("waves with manual strategy", setter(U, value={"strategy": "manual", "waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}), "gpu-stack:upgrade.waves", "with strategy 'manual' nothing rolls"),
     ("waves without node labeller", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:upgrade.waves", "components.nodeLabeler: true"),
     ("waves without validation", lambda c: c.update({U: {"waves": [{"name": "a", "pools": ["training-a100", "inference-l4"]}]}, "gpu-stack:validation": {"mode": "off"}}), "gpu-stack:upgrade.waves", "cannot be 'off'"),
+    ("pinned pool without node labeller", lambda c: c[P][1].update(driver={"version": "580.126.20"}) or c.update({"gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:components.nodeLabeler", "pools with a driver of their own (inference-l4)"),
     ("mixed OS without node labeller", lambda c: c[P][1].update(os="ubuntu24.04") or c.update({"gpu-stack:components": {"nodeLabeler": False}}), "gpu-stack:components.nodeLabeler", "different OS images"),
     ("V100 past its last branch", setter(P, 0, "gpuModel", value="V100"), "gpu-stack:versions.driver", "V100 is supported up to driver branch 580 only; this pool's driver is branch 595"),
     ("open modules on Volta", setter(P, 0, "gpuModel", value="V100"), "gpu-stack:driver.kernelModuleType", "V100 (volta) predates Turing, so the open kernel modules do not drive it"),
