@@ -118,7 +118,7 @@ def stack_config(max_unavailable: int) -> dict[str, str]:
         {
             "config": {
                 "gpu-stack:cluster": {"name": "bench", "context": "bench", "kubernetesVersions": ["1.33"]},
-                "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.1.0"},
+                "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.2.0"},
                 "gpu-stack:upgrade": {"maxUnavailable": max_unavailable, "waves": waves},
                 "gpu-stack:nodePools": pools,
             }

@@ -12,4 +12,4 @@ Module layout keeps decisions testable without a cluster: :mod:`.labels` and
 only module that talks to the API server.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
