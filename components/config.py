@@ -67,6 +67,12 @@ def _supported_kubernetes_minors() -> list[int]:
     return sorted({int(v.split(".")[1]) for v in all_versions()})
 
 
+def _dns_label(value: str) -> str:
+    if not DNS_LABEL.match(value) or len(value) > 63:
+        raise ValueError(f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+    return value
+
+
 class Cluster(_Model):
     name: str
     context: str = Field(min_length=1)
@@ -75,12 +81,7 @@ class Cluster(_Model):
     container_runtime: Literal["containerd", "cri-o"] = "containerd"
     namespace: str = "gpu-operator"
 
-    @field_validator("name", "namespace")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if not DNS_LABEL.match(value) or len(value) > 63:
-            raise ValueError(f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
-        return value
+    _names = field_validator("name", "namespace")(_dns_label)
 
     @field_validator("kubernetes_versions")
     @classmethod
@@ -344,12 +345,7 @@ class KubeVirt(_Model):
     # false leaves permittedHostDevices to whoever owns the CR (then list the README's entries there yourself).
     permit_host_devices: StrictBool = True
 
-    @field_validator("name", "namespace")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if not DNS_LABEL.match(value) or len(value) > 63:
-            raise ValueError(f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
-        return value
+    _names = field_validator("name", "namespace")(_dns_label)
 
 
 class CcManager(_Model):

@@ -29,7 +29,6 @@ from components import consts
 from components._k8s import (
     NODE_NAME_ENV,
     PRIVILEGED,
-    SCC_USE,
     VALIDATIONS_VOLUME,
     Operands,
     also_after,
@@ -39,9 +38,9 @@ from components._k8s import (
     mount,
     operand_daemonset,
     rbac_set,
-    rule,
 )
-from components.sandbox_device_plugin import KUBELET_DEVICE_PLUGINS, workload_gate
+# The asset's RBAC is the KubeVirt plugin's, rule for rule.
+from components.sandbox_device_plugin import CLUSTER_RULES, KUBELET_DEVICE_PLUGINS, ROLE_RULES, workload_gate
 from components.sandbox_validator import VFIO_PCI_READY
 
 NAME = "nvidia-kata-sandbox-device-plugin"
@@ -49,16 +48,6 @@ DAEMONSET = "nvidia-kata-sandbox-device-plugin-daemonset"
 CONTAINER = "nvidia-kata-sandbox-device-plugin-ctr"
 DEPLOY_COMPONENT = "kata-sandbox-device-plugin"
 
-# The asset's RBAC: the same rules as the KubeVirt plugin's, kept here so each follows its own asset.
-ROLE_RULES = (
-    SCC_USE,
-    rule([""], ["pods"], ["create", "get", "list", "watch", "delete"]),
-    rule(["nfd.k8s-sigs.io"], ["nodefeatures"], ["create", "get", "list", "watch", "update"]),
-)
-CLUSTER_RULES = (
-    rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
-    rule([""], ["nodes", "pods"], ["get"]),
-)
 
 VOLUMES = (
     host_path("device-plugin", KUBELET_DEVICE_PLUGINS),
