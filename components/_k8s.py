@@ -130,6 +130,8 @@ PRIVILEGED_S0 = SecurityContextArgs(privileged=True, se_linux_options=SELinuxOpt
 # transformValidatorSecurityContext forces uid 0 on every validator container.
 PRIVILEGED_ROOT = SecurityContextArgs(privileged=True, run_as_user=0)
 PRIVILEGED_ROOT_S0 = SecurityContextArgs(privileged=True, run_as_user=0, se_linux_options=SELinuxOptionsArgs(level="s0"))
+# For checks that only read /proc (lsmod) and write their file under /run/nvidia/validations.
+UNPRIVILEGED_ROOT = SecurityContextArgs(privileged=False, run_as_user=0)
 
 VALIDATIONS_VOLUME = host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate")
 

@@ -34,7 +34,14 @@ IMAGES: dict[str, tuple[str, str]] = {
     "kataDevicePlugin": ("nvidia/cloud-native/nvidia-sandbox-device-plugin", "v0.0.5"),
     "ccManager": ("nvidia/cloud-native/k8s-cc-manager", "v0.4.3"),
     "vgpuDeviceManager": ("nvidia/cloud-native/vgpu-device-manager", "v0.5.0"),
+    # GPUDirect sidecars of the driver DaemonSet (`gds`, `gdrcopy`); tags get the node's OS suffix like the driver's.
+    "gds": ("nvidia/cloud-native/nvidia-fs", "2.29.4"),
+    "gdrcopy": ("nvidia/cloud-native/gdrdrv", "v2.6"),
 }
+
+# nvidia-fs from this release on builds only against the open kernel modules (GO:internal/consts/consts.go
+# MinimumGDSVersionForOpenRM).
+GDS_MIN_VERSION_FOR_OPEN_MODULES = (2, 17, 5)
 
 # The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).
 NFD_CHART = "node-feature-discovery"

@@ -153,6 +153,8 @@ class Versions(_Model):
     kata_device_plugin: str = catalog.IMAGES["kataDevicePlugin"][1]
     cc_manager: str = catalog.IMAGES["ccManager"][1]
     vgpu_device_manager: str = catalog.IMAGES["vgpuDeviceManager"][1]
+    gds: str = catalog.IMAGES["gds"][1]
+    gdrcopy: str = catalog.IMAGES["gdrcopy"][1]
     nfd_chart: str = catalog.NFD_CHART_VERSION
 
     _tags = field_validator(
@@ -168,6 +170,8 @@ class Versions(_Model):
         "kata_device_plugin",
         "cc_manager",
         "vgpu_device_manager",
+        "gds",
+        "gdrcopy",
         "nfd_chart",
     )(_image_version)
 
@@ -666,6 +670,39 @@ class PoolDriverPlan:
         return self.node_image.kernel if self.mode == "precompiled" and self.node_image else None
 
 
+class Rdma(_Model):
+    """GPUDirect RDMA: the driver pods build and keep loaded nvidia-peermem against the node's MOFED."""
+
+    enabled: StrictBool = False
+    # MOFED installed on the host (peermem builds against /usr/src) rather than by NVIDIA's Network Operator
+    # (/run/mellanox/drivers).
+    use_host_mofed: StrictBool = False
+
+
+class GpuDirect(_Model):
+    """Stack-wide, as ClusterPolicy's `gds`, `gdrcopy` and `driver.rdma` are: every driver gpu-stack deploys gets
+    the sidecars, and the validator checks the modules on every container node (host-driver nodes must have them
+    loaded by the host)."""
+
+    gds: StrictBool = False
+    gdrcopy: StrictBool = False
+    rdma: Rdma = Rdma()
+
+    @property
+    def validated_components(self) -> tuple[str, ...]:
+        """The validator components (COMPONENT=...) that check the modules, in the operator's order."""
+        wanted = (("nvidia-fs", self.gds), ("gdrcopy", self.gdrcopy), ("nvidia-peermem", self.rdma.enabled))
+        return tuple(component for component, on in wanted if on)
+
+
+def gds_needs_open_modules(gds_version: str) -> bool:
+    """A digest hides the release; every nvidia-fs NVIDIA still publishes needs the open modules, so assume so."""
+    numbers = re.findall(r"\d+", gds_version.split("-")[0])
+    if gds_version.startswith("sha256:") or len(numbers) < 3:
+        return True
+    return tuple(int(n) for n in numbers[:3]) >= catalog.GDS_MIN_VERSION_FOR_OPEN_MODULES
+
+
 class Components(_Model):
     """Per-component switches, defaulting as the operator's Helm chart does. The operator validator cannot be
     switched off (it is the node-level gate); the driver follows `driver.mode`; the MPS control daemon is
@@ -705,6 +742,7 @@ class StackConfig(_Model):
     upgrade: Upgrade = Upgrade()
     sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
     vgpu: Vgpu = Vgpu()
+    gpudirect: GpuDirect = GpuDirect()
 
     @field_validator("mig_layouts")
     @classmethod
@@ -721,13 +759,21 @@ class StackConfig(_Model):
     def container_pools(self) -> list[NodePool]:
         return [p for p in self.node_pools if p.workload_type == "container"]
 
+    @property
+    def gds_forces_open_modules(self) -> bool:
+        return self.gpudirect.gds and gds_needs_open_modules(self.versions.gds)
+
     def pool_driver(self, pool: NodePool) -> PoolDriverPlan:
         own = pool.driver
+        module_type = own.kernel_module_type or self.driver.kernel_module_type
+        if module_type == "auto" and self.gds_forces_open_modules:
+            # The operator resolves `auto` the same way for NVIDIADriver (IsOpenKernelModulesRequired).
+            module_type = "open"
         return PoolDriverPlan(
             mode=own.mode or self.driver.mode,
             version=own.version or self.versions.driver,
             branch=own.branch or self.driver.branch,
-            kernel_module_type=own.kernel_module_type or self.driver.kernel_module_type,
+            kernel_module_type=module_type,
             os_tag=pool.os_tag,
             node_image=pool.image,
             own=bool(own.model_fields_set),
@@ -969,6 +1015,38 @@ def _mig_layout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
+def _gpudirect_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    gpudirect = cfg.gpudirect
+    problems: list[tuple[str, str]] = []
+    if gpudirect.rdma.use_host_mofed and not gpudirect.rdma.enabled:
+        problems.append((f"{NAMESPACE}:gpudirect.rdma.useHostMofed", "only used with gpudirect.rdma.enabled: true"))
+    precompiled = [p.name for p in cfg.driver_pools if cfg.pool_driver(p).mode == "precompiled"]
+    # NVIDIA builds nvidia-fs and gdrdrv on the node against the driver's sources, which precompiled images lack
+    # (the operator refuses the same combination).
+    for key, on in (("gds", gpudirect.gds), ("gdrcopy", gpudirect.gdrcopy)):
+        if on and precompiled:
+            problems.append(
+                (
+                    f"{NAMESPACE}:gpudirect.{key}",
+                    f"cannot be built against precompiled drivers (pools {', '.join(precompiled)}); use driver mode "
+                    "'managed' for these pools or turn it off",
+                )
+            )
+    if cfg.gds_forces_open_modules:
+        proprietary = [p.name for p in cfg.driver_pools if cfg.pool_driver(p).kernel_module_type == "proprietary"]
+        if proprietary:
+            problems.append(
+                (
+                    f"{NAMESPACE}:gpudirect.gds",
+                    f"nvidia-fs {cfg.versions.gds} loads only with the open kernel modules (from 2.17.5), but pools "
+                    f"{', '.join(proprietary)} set kernelModuleType 'proprietary'; allowed values with GDS: auto, open",
+                )
+            )
+    if gpudirect.validated_components and not cfg.container_pools:
+        problems.append((f"{NAMESPACE}:gpudirect", "GPUDirect serves container pools, and this stack has none; remove it"))
+    return problems
+
+
 def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
     """A pool's OS, node image and driver keys against its effective driver mode."""
     problems: list[tuple[str, str]] = []
@@ -1002,7 +1080,16 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
         return problems
     support = pool.model.driver
     module_problem = support.module_problem(plan.kernel_module_type)
-    if module_problem:
+    chosen_type = own.kernel_module_type or cfg.driver.kernel_module_type
+    if module_problem and chosen_type == "auto" and cfg.gds_forces_open_modules:
+        problems.append(
+            (
+                f"{NAMESPACE}:gpudirect.gds",
+                f"nvidia-fs {cfg.versions.gds} loads only with the open kernel modules, and the {pool.gpu_model} "
+                f"({pool.model.architecture}) {module_problem}; move pool {pool.name!r} to a stack without GDS",
+            )
+        )
+    elif module_problem:
         key = f"{here}.driver.kernelModuleType" if own.kernel_module_type else f"{NAMESPACE}:driver.kernelModuleType"
         problems.append((key, f"{pool.gpu_model} ({pool.model.architecture}) {module_problem}"))
     branch = plan.branch if plan.mode == "precompiled" else plan.version.split(".")[0]
@@ -1117,6 +1204,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems += _sharing_checks(cfg, pool, here)
         problems += _pool_driver_checks(cfg, pool, here)
     problems += _upgrade_checks(cfg)
+    problems += _gpudirect_checks(cfg)
     problems += _monitoring_checks(cfg)
     problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):

@@ -63,6 +63,13 @@ exec nvidia-device-plugin
 """
 
 
+def gpudirect_env(*, gds: bool, gdrcopy: bool) -> list:
+    """Device injection for GPUDirect: /dev/nvidia-fs* and the InfiniBand devices with GDS, /dev/gdrdrv with
+    GDRCopy, as TransformDevicePlugin sets it when the stack enables them."""
+    values = [env("GDS_ENABLED", "true"), env("MOFED_ENABLED", "true")] if gds else []
+    return values + ([env("GDRCOPY_ENABLED", "true")] if gdrcopy else [])
+
+
 def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[str], with_config: bool) -> list:
     device_list_strategy = "cdi-annotations,cdi-cri" if cdi else "envvar"
     values = [
@@ -96,6 +103,8 @@ class DevicePlugin(pulumi.ComponentResource):
         mig_strategy: str,
         shared_pools: Sequence[NodePool],
         toolkit_enabled: bool,
+        gds: bool = False,
+        gdrcopy: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -153,12 +162,15 @@ class DevicePlugin(pulumi.ComponentResource):
             command=["/bin/sh", "-c"],
             args=["/bin/entrypoint.sh"],
             security_context=PRIVILEGED,
-            env=plugin_env(
-                mig_strategy=mig_strategy,
-                cdi=ops.cdi,
-                toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
-                with_config=with_config,
-            ),
+            env=[
+                *plugin_env(
+                    mig_strategy=mig_strategy,
+                    cdi=ops.cdi,
+                    toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
+                    with_config=with_config,
+                ),
+                *gpudirect_env(gds=gds, gdrcopy=gdrcopy),
+            ],
             volume_mounts=plugin_mounts,
         )
         after = [*rbac.resources, entrypoint, *([self.config_map] if self.config_map else [])]

@@ -166,6 +166,18 @@ VOLUMES = (
 
 
 @dataclass(frozen=True)
+class Sidecars:
+    """GPUDirect modules the driver pods build and load next to the driver (fact sheet §2.3): stack-wide, as
+    ClusterPolicy's `gds`, `gdrcopy` and `driver.rdma` are. Repositories and versions; the node's OS tag is
+    appended per DaemonSet, as for the driver image."""
+
+    gds: Optional[tuple[str, str]] = None
+    gdrcopy: Optional[tuple[str, str]] = None
+    rdma: bool = False
+    host_mofed: bool = False
+
+
+@dataclass(frozen=True)
 class DriverTarget:
     """One driver DaemonSet and the pools it serves (empty: every node with the driver deploy label)."""
 
@@ -176,6 +188,7 @@ class DriverTarget:
     pools: tuple[str, ...] = ()
     wave: Optional[str] = None
     kernel: Optional[str] = None  # precompiled only
+    sidecars: Sidecars = Sidecars()
 
     @property
     def precompiled(self) -> bool:
@@ -205,7 +218,7 @@ def daemonset_name(*parts: str) -> str:
     return f"{name[: MAX_NAME - len(suffix) - 1].rstrip('-.')}-{suffix}"
 
 
-def plan_targets(cfg: StackConfig, repository: str) -> list[DriverTarget]:
+def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
     """The driver DaemonSets of a stack, in pool order (see the module docstring for names and selectors)."""
     wave_of = {pool: wave.name for wave in cfg.upgrade.waves for pool in wave.pools}
     plans = {pool.name: cfg.pool_driver(pool) for pool in cfg.driver_pools}
@@ -232,15 +245,117 @@ def plan_targets(cfg: StackConfig, repository: str) -> list[DriverTarget]:
         if any(t.daemonset == name for t in targets):
             # e.g. wave `a-b` next to pool `b` with its own driver in wave `a`
             name = daemonset_name(*parts, hashlib.sha256(repr(key).encode()).hexdigest()[:6])
-        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel))
+        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel, sidecars))
     return targets
 
 
 def config_digest(target: DriverTarget) -> str:
     """Lets k8s-driver-manager skip an uninstall (and the GPU-pod eviction) when nothing the driver install
     depends on changed (DRIVER_CONFIG_DIGEST, fact sheet §4.1)."""
-    material = json.dumps({"image": target.image, "kernelModuleType": target.kernel_module_type}, sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()[:16]
+    material = {"image": target.image, "kernelModuleType": target.kernel_module_type}
+    if target.sidecars != Sidecars():
+        # peermem is built into the driver install with MOFED's symbols, so turning RDMA on needs a reinstall.
+        material["gpudirect"] = [*sidecar_images(target).values(), target.sidecars.rdma, target.sidecars.host_mofed]
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sidecar_images(target: DriverTarget) -> dict[str, str]:
+    images = {}
+    for name, repository_version in (("nvidia-fs-ctr", target.sidecars.gds), ("nvidia-gdrcopy-ctr", target.sidecars.gdrcopy)):
+        if repository_version is not None:
+            images[name] = managed_image(*repository_version, target.os_tag)
+    return images
+
+
+def _module_probe(module: str, *, initial_delay: int, period: int, failures: int) -> ProbeArgs:
+    return ProbeArgs(
+        exec_=ExecActionArgs(command=["sh", "-c", f"lsmod | grep -q '^{module} '"]),
+        initial_delay_seconds=initial_delay,
+        period_seconds=period,
+        failure_threshold=failures,
+        success_threshold=1,
+        timeout_seconds=10,
+    )
+
+
+# nvidia-fs and gdrdrv build against the driver's sources, which the driver container exposes under
+# /run/nvidia/driver only once its own install is done.
+AWAIT_DRIVER = (
+    f"until [ -d {consts.DRIVER_INSTALL_DIR}/usr/src ] && lsmod | grep -q '^nvidia '; do "
+    "echo 'waiting for the NVIDIA driver install'; sleep 10; done; "
+)
+SIDECAR_MOUNTS = (
+    mount("run-nvidia", consts.RUN_NVIDIA, propagation="HostToContainer"),
+    mount("var-log", "/var/log"),
+    mount("dev-log", "/dev/log", read_only=True),
+)
+
+
+def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
+    """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml)."""
+    sidecars = target.sidecars
+    containers = []
+    if sidecars.rdma:
+        # Runs from the driver image: it reloads nvidia_peermem whenever a MOFED reinstall unloads it.
+        containers.append(
+            ContainerArgs(
+                name="nvidia-peermem-ctr",
+                image=target.image,
+                image_pull_policy="IfNotPresent",
+                command=["nvidia-driver"],
+                args=["reload_nvidia_peermem"],
+                env=[env("USE_HOST_MOFED", "true")] if sidecars.host_mofed else None,
+                security_context=PRIVILEGED_S0,
+                volume_mounts=[
+                    mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+                    mount("var-log", "/var/log"),
+                    mount("dev-log", "/dev/log", read_only=True),
+                    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+                ],
+                startup_probe=ProbeArgs(
+                    exec_=ExecActionArgs(command=["sh", "-c", "nvidia-driver probe_nvidia_peermem"]),
+                    initial_delay_seconds=10,
+                    failure_threshold=120,
+                    success_threshold=1,
+                    period_seconds=10,
+                    timeout_seconds=10,
+                ),
+                liveness_probe=ProbeArgs(
+                    exec_=ExecActionArgs(command=["sh", "-c", "nvidia-driver probe_nvidia_peermem"]),
+                    initial_delay_seconds=30,
+                    failure_threshold=1,
+                    success_threshold=1,
+                    period_seconds=30,
+                    timeout_seconds=10,
+                ),
+            )
+        )
+    installers = {"nvidia-fs-ctr": ("nvidia-gds-driver", "nvidia_fs"), "nvidia-gdrcopy-ctr": ("nvidia-gdrcopy-driver", "gdrdrv")}
+    for name, image in sidecar_images(target).items():
+        installer, module = installers[name]
+        containers.append(
+            ContainerArgs(
+                name=name,
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=["bash", "-xc"],
+                args=[f"{AWAIT_DRIVER}exec {installer} install"],
+                security_context=PRIVILEGED_S0,
+                volume_mounts=list(SIDECAR_MOUNTS),
+                startup_probe=_module_probe(module, initial_delay=10, period=10, failures=120),
+            )
+        )
+    return containers
+
+
+def gpudirect_env(sidecars: Sidecars, *, driver_container: bool) -> list:
+    """What tells the driver install (and k8s-driver-manager, which waits for MOFED) about GPUDirect; the
+    operator sets each variable only when its feature is on."""
+    wanted = []
+    if driver_container:
+        wanted += [("GDRCOPY_ENABLED", sidecars.gdrcopy is not None), ("GDS_ENABLED", sidecars.gds is not None)]
+    wanted += [("GPU_DIRECT_RDMA_ENABLED", sidecars.rdma), ("USE_HOST_MOFED", sidecars.rdma and sidecars.host_mofed)]
+    return [env(name, "true") for name, on in wanted if on]
 
 
 def driver_daemonset(
@@ -258,6 +373,7 @@ def driver_daemonset(
         env_from_field("NODE_IP", "status.hostIP"),
         env("KERNEL_MODULE_TYPE", target.kernel_module_type),
         *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
+        *gpudirect_env(target.sidecars, driver_container=True),
         env("DRIVER_CONFIG_DIGEST", digest),
     ]
     manager = ContainerArgs(
@@ -270,6 +386,7 @@ def driver_daemonset(
             NODE_NAME_ENV,
             *(env(k, v) for k, v in driver_manager_env(upgrade)),
             OPERATOR_NAMESPACE_ENV,
+            *gpudirect_env(target.sidecars, driver_container=False),
             env("DRIVER_CONFIG_DIGEST", digest),
         ],
         security_context=PRIVILEGED,
@@ -367,9 +484,9 @@ def driver_daemonset(
         affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
         update_strategy=update_strategy(upgrade),
         init_containers=[manager],
-        containers=[driver],
+        containers=[driver, *gpudirect_containers(target)],
         volumes=[
-            *VOLUMES,
+            *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
             VolumeArgs(
                 name="driver-startup-probe-script",
                 config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
@@ -377,6 +494,11 @@ def driver_daemonset(
         ],
         opts=opts,
     )
+
+
+def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
+    # peermem builds against the MOFED sources; a host install keeps them in /usr/src (ofa_kernel).
+    return host_path(volume.name, "/usr/src", "DirectoryOrCreate") if volume.name == "mlnx-ofed-usr-src" else volume
 
 
 def first_wave(targets: Sequence[DriverTarget], waves: Sequence[Wave]) -> list[DriverTarget]:

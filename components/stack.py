@@ -19,7 +19,7 @@ from components import dcgm_metrics, sharing
 from components.dcgm import REMOTE_HOSTENGINE, Dcgm
 from components.dcgm_exporter import DcgmExporter
 from components.device_plugin import DevicePlugin
-from components.driver import Driver, first_wave, plan_targets
+from components.driver import Driver, Sidecars, first_wave, plan_targets
 from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
 from components.cc_manager import CcManager
@@ -84,6 +84,21 @@ def resolve_images(cfg: StackConfig) -> Images:
     )
 
 
+def gpudirect_sidecars(cfg: StackConfig) -> Sidecars:
+    registry = cfg.registry.override or catalog.DEFAULT_REGISTRY
+    gpudirect = cfg.gpudirect
+
+    def image(component: str, version: str) -> tuple[str, str]:
+        return f"{registry}/{catalog.IMAGES[component][0]}", version
+
+    return Sidecars(
+        gds=image("gds", cfg.versions.gds) if gpudirect.gds else None,
+        gdrcopy=image("gdrcopy", cfg.versions.gdrcopy) if gpudirect.gdrcopy else None,
+        rdma=gpudirect.rdma.enabled,
+        host_mofed=gpudirect.rdma.use_host_mofed,
+    )
+
+
 def operands(cfg: StackConfig) -> Operands:
     # setRuntimeClassName: without CDI, cri-o runs operands through the OCI hook and no RuntimeClass is set.
     no_runtime_class = not cfg.toolkit.cdi and cfg.cluster.container_runtime == "cri-o"
@@ -112,7 +127,7 @@ class GpuStack(pulumi.ComponentResource):
         self._cfg = cfg
         self._stack = pulumi.get_stack()
         self._ops = operands(cfg)
-        self._driver_targets = plan_targets(cfg, self._ops.images.driver_repository)
+        self._driver_targets = plan_targets(cfg, self._ops.images.driver_repository, gpudirect_sidecars(cfg))
         self.states = {}
         builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
             "pre-requisites": self._prerequisites,
@@ -157,7 +172,10 @@ class GpuStack(pulumi.ComponentResource):
 
     def _nfd(self, after: list[pulumi.Resource]) -> Optional[NodeFeatureDiscovery]:
         cfg = self._cfg
-        if not cfg.components.nfd or cfg.nfd.mode == "existing":
+        deploy = cfg.components.nfd and cfg.nfd.mode == "deploy"
+        # Without NFD in the cluster (`components.nfd: false`) there is no NodeFeatureRule kind to create.
+        kernel_module_labels = cfg.components.nfd and bool(cfg.gpudirect.validated_components)
+        if not (deploy or kernel_module_labels):
             return None
         return NodeFeatureDiscovery(
             "node-feature-discovery",
@@ -166,6 +184,8 @@ class GpuStack(pulumi.ComponentResource):
             chart_version=cfg.versions.nfd_chart,
             daemonsets=cfg.daemonsets,
             registry_override=cfg.registry.override,
+            deploy=deploy,
+            kernel_module_labels=kernel_module_labels,
             depends_on=after,
             opts=self._opts(),
         )
@@ -189,7 +209,9 @@ class GpuStack(pulumi.ComponentResource):
         )
 
     def _validated_files(self) -> tuple[str, ...]:
-        return validator_ready_files(device_plugin=self._cfg.components.device_plugin)
+        return validator_ready_files(
+            device_plugin=self._cfg.components.device_plugin, gpudirect=self._cfg.gpudirect.validated_components
+        )
 
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
         if not self._driver_targets:
@@ -240,6 +262,7 @@ class GpuStack(pulumi.ComponentResource):
             device_plugin=cfg.components.device_plugin,
             mig_strategy=cfg.device_plugin.mig_strategy,
             plugin_workload=cfg.validator.plugin_workload,
+            gpudirect=cfg.gpudirect.validated_components,
             depends_on=after,
             opts=self._opts(),
         )
@@ -254,6 +277,8 @@ class GpuStack(pulumi.ComponentResource):
             mig_strategy=cfg.device_plugin.mig_strategy,
             shared_pools=cfg.shared_pools,
             toolkit_enabled=cfg.components.toolkit,
+            gds=cfg.gpudirect.gds,
+            gdrcopy=cfg.gpudirect.gdrcopy,
             depends_on=after,
             opts=self._opts(),
         )

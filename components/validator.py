@@ -1,7 +1,7 @@
 """State `state-operator-validation`: the per-node gate every other operand waits on.
 
 Objects as in GO:assets/state-operator-validation with `TransformValidator` applied: init containers run
-driver → toolkit → cuda → plugin checks in that order, each writing its `*-ready` file under
+driver → GPUDirect modules (when the stack enables them) → toolkit → cuda → plugin checks in that order, each writing its `*-ready` file under
 /run/nvidia/validations; `plugin-validation` is dropped when the device plugin is off (nothing would ever
 advertise a GPU). The DaemonSet name is fixed: the cuda and plugin checks read `nvidia-operator-validator` to
 copy its tolerations into the workload pods they spawn.
@@ -22,6 +22,7 @@ from components._k8s import (
     PRIVILEGED_ROOT,
     PRIVILEGED_ROOT_S0,
     SCC_USE,
+    UNPRIVILEGED_ROOT,
     Operands,
     also_after,
     child_opts,
@@ -38,10 +39,16 @@ from components._k8s import (
 NAME = "nvidia-operator-validator"
 
 
-def ready_files(*, device_plugin: bool) -> tuple[str, ...]:
+def ready_files(*, device_plugin: bool, gpudirect: Sequence[str] = ()) -> tuple[str, ...]:
     """What the checks write under /run/nvidia/validations; all present means the node validated (the
     validator's preStop removes them, so they never outlive its pod)."""
-    return ("driver-ready", "toolkit-ready", "cuda-ready", *(("plugin-ready",) if device_plugin else ()))
+    return (
+        "driver-ready",
+        *(f"{component}-ready" for component in gpudirect),
+        "toolkit-ready",
+        "cuda-ready",
+        *(("plugin-ready",) if device_plugin else ()),
+    )
 
 
 APP_LABELS = {"app": NAME, consts.PART_OF: "gpu-operator"}
@@ -69,7 +76,27 @@ def workload_env(ops: Operands) -> list:
     return extra
 
 
-def init_containers(ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool) -> list[ContainerArgs]:
+def gpudirect_checks(image: str, components: Sequence[str]) -> list[ContainerArgs]:
+    """The checks the operator's driver validation runs for the modules `.driver-ctr-ready` lists, made explicit:
+    the validator runs them only for driver DaemonSets a ClusterPolicy owns, and gpu-stack's are owned by no one.
+    Each waits until its module is loaded and writes `<component>-ready`."""
+    return [
+        validator_container(
+            f"{component}-validation",
+            image,
+            component,
+            with_wait=True,
+            # The operator runs these inside the privileged driver check; reading /proc/modules needs no privilege.
+            security_context=UNPRIVILEGED_ROOT,
+            mounts=[VALIDATIONS_MOUNT],
+        )
+        for component in components
+    ]
+
+
+def init_containers(
+    ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool, gpudirect: Sequence[str] = ()
+) -> list[ContainerArgs]:
     image = ops.images.validator
     checks = [
         validator_container(
@@ -86,6 +113,7 @@ def init_containers(ops: Operands, *, device_plugin: bool, mig_strategy: str, pl
                 mount("host-dev-char", "/host-dev-char"),
             ],
         ),
+        *gpudirect_checks(image, gpudirect),
         # NVIDIA_VISIBLE_DEVICES=all only reaches a GPU if the runtime (class or CDI) really works.
         ContainerArgs(
             name="toolkit-validation",
@@ -141,6 +169,7 @@ class OperatorValidator(pulumi.ComponentResource):
         device_plugin: bool,
         mig_strategy: str,
         plugin_workload: bool,
+        gpudirect: Sequence[str] = (),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -156,7 +185,9 @@ class OperatorValidator(pulumi.ComponentResource):
             service_account=NAME,
             selector_labels=APP_LABELS,
             runtime_class=True,
-            init_containers=init_containers(ops, device_plugin=device_plugin, mig_strategy=mig_strategy, plugin_workload=plugin_workload),
+            init_containers=init_containers(
+                ops, device_plugin=device_plugin, mig_strategy=mig_strategy, plugin_workload=plugin_workload, gpudirect=gpudirect
+            ),
             containers=[main],
             volumes=[
                 host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),

@@ -1,5 +1,6 @@
 """Strict JSON Schemas for the custom resources gpu-stack renders: the Prometheus Operator's `ServiceMonitor` and
-`PrometheusRule` (monitoring.coreos.com/v1) and its patch of KubeVirt's `KubeVirt` (kubevirt.io/v1).
+`PrometheusRule` (monitoring.coreos.com/v1), its patch of KubeVirt's `KubeVirt` (kubevirt.io/v1) and NFD's
+`NodeFeatureRule` (nfd.k8s-sigs.io/v1alpha1).
 
 kubernetes-validate ships schemas for built-in kinds only, so `gpustack.schema.validator` falls back to these.
 They are written from each project's API reference (field names and types: the Prometheus Operator API docs,
@@ -211,10 +212,61 @@ KUBEVIRT = _object(
     required=("apiVersion", "kind", "metadata", "spec"),
 )
 
+# NFD's NodeFeatureRule (nfd.k8s-sigs.io/v1alpha1, cluster-scoped), from NFD's API reference: rules that turn
+# features a worker found (here: loaded kernel modules) into node labels.
+_MATCH_EXPRESSION = _object(
+    {
+        "op": {"enum": ["In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Lt", "GtLt", "IsTrue", "IsFalse"]},
+        "value": _STRINGS,
+    },
+    required=("op",),
+)
+_FEATURE_MATCHER = {
+    "type": "array",
+    "items": _object(
+        {
+            "feature": {"type": "string", "pattern": r"^[a-z]+\.[a-z_]+$"},
+            "matchExpressions": {"type": "object", "additionalProperties": _MATCH_EXPRESSION},
+            "matchName": _MATCH_EXPRESSION,
+        },
+        required=("feature",),
+    ),
+}
+NODE_FEATURE_RULE = _object(
+    {
+        "apiVersion": {"const": "nfd.k8s-sigs.io/v1alpha1"},
+        "kind": {"const": "NodeFeatureRule"},
+        "metadata": _METADATA,
+        "spec": _object(
+            {
+                "rules": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _object(
+                        {
+                            "name": {"type": "string", "minLength": 1},
+                            "labels": _STRING_MAP,
+                            "labelsTemplate": {"type": "string"},
+                            "annotations": _STRING_MAP,
+                            "vars": _STRING_MAP,
+                            "matchFeatures": _FEATURE_MATCHER,
+                            "matchAny": {"type": "array", "items": _object({"matchFeatures": _FEATURE_MATCHER})},
+                        },
+                        required=("name",),
+                    ),
+                }
+            },
+            required=("rules",),
+        ),
+    },
+    required=("apiVersion", "kind", "metadata", "spec"),
+)
+
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     (API_VERSION, "ServiceMonitor"): SERVICE_MONITOR,
     (API_VERSION, "PrometheusRule"): PROMETHEUS_RULE,
     ("kubevirt.io/v1", "KubeVirt"): KUBEVIRT,
+    ("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureRule"): NODE_FEATURE_RULE,
 }
 
 

@@ -351,8 +351,9 @@ def test_manifests_list_the_fleet_after_the_canary_gate():
 
 def test_a_driver_pod_is_ready_only_once_its_node_validated():
     """So a rolling update counts a node as unavailable until it can run GPU work again."""
-    files = ["driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready"]
     for stack in STACKS:
+        gpudirect = ["nvidia-fs-ready", "gdrcopy-ready", "nvidia-peermem-ready"] if stack == "gpudirect-training" else []
+        files = ["driver-ready", *gpudirect, "toolkit-ready", "cuda-ready", "plugin-ready"]
         for ds in driver_daemonsets(render_stack(stack)).values():
             probe = container(ds, "nvidia-driver-ctr")["readinessProbe"]
             assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
