@@ -6,10 +6,10 @@ teams and reviewers need. An invalid configuration stops here, before anything i
 
 import pulumi
 
-from components.config import load_config, program_config
+from components.config import load_config, program_config, program_secret_keys
 from components.stack import GpuStack, kubernetes_provider
 
-config = load_config(program_config())
+config = load_config(program_config(), program_secret_keys())
 provider = kubernetes_provider(config)
 stack = GpuStack("gpu-stack", config, opts=pulumi.ResourceOptions(providers=[provider]))
 

@@ -16,12 +16,12 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Collection, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pulumi.errors import RunError
-from pulumi.runtime.config import CONFIG, get_config_env
+from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components import catalog, dcgm_metrics, mig_catalog, vgpu_catalog
 from node_images import catalog as node_image_catalog
@@ -97,9 +97,26 @@ class Cluster(_Model):
         return sorted(set(normalised), key=lambda v: int(v.split(".")[1]))
 
 
+class RegistryCredentials(_Model):
+    """A login gpu-stack turns into the pull Secret `gpu-stack-registry-credentials` (type dockerconfigjson), for
+    registries that need one: NVIDIA AI Enterprise on nvcr.io (user `$oauthtoken`, an NGC API key), or the
+    private registry a vGPU manager image must live in. The password is the secret key `registryPassword`."""
+
+    server: str
+    username: str = Field(min_length=1)
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, value: str) -> str:
+        if not REGISTRY.match(value) or "/" in value:
+            raise ValueError(f"{value!r} is not a registry host[:port], e.g. nvcr.io or harbor.internal:8443")
+        return value
+
+
 class Registry(_Model):
     override: Optional[str] = None
     pull_secrets: list[str] = []
+    credentials: Optional[RegistryCredentials] = None
 
     @field_validator("override")
     @classmethod
@@ -743,6 +760,8 @@ class StackConfig(_Model):
     sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
     vgpu: Vgpu = Vgpu()
     gpudirect: GpuDirect = GpuDirect()
+    # Only ever a Pulumi secret (`pulumi config set --secret`); load_config refuses a plain value.
+    registry_password: Optional[SecretStr] = None
 
     @field_validator("mig_layouts")
     @classmethod
@@ -1243,8 +1262,31 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
-def load_config(raw: Mapping[str, str]) -> StackConfig:
-    """Validate the `gpu-stack:*` entries of a Pulumi config bag (values as the CLI passes them: strings)."""
+SECRET_KEYS = (f"{NAMESPACE}:registryPassword",)
+
+
+def _secret_checks(cfg: StackConfig, raw: Mapping[str, str], secret_keys: Collection[str]) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for key in SECRET_KEYS:
+        if key in raw and key not in secret_keys:
+            name = key.split(":", 1)[1]
+            problems.append(
+                (
+                    key,
+                    "a plain value would be stored unencrypted in the stack file and in state; set it with "
+                    f"`pulumi config set --secret {name} <value>`",
+                )
+            )
+    if (cfg.registry.credentials is None) != (cfg.registry_password is None):
+        missing = f"{NAMESPACE}:registryPassword" if cfg.registry_password is None else f"{NAMESPACE}:registry.credentials"
+        problems.append((missing, "registry.credentials and the secret registryPassword are set together"))
+    return problems
+
+
+def load_config(raw: Mapping[str, str], secret_keys: Collection[str] = ()) -> StackConfig:
+    """Validate the `gpu-stack:*` entries of a Pulumi config bag (values as the CLI passes them: strings).
+
+    `secret_keys` are the keys the CLI marks secret; the keys in SECRET_KEYS must be among them."""
     prefix = NAMESPACE + ":"
     data: dict[str, Any] = {}
     problems: list[tuple[str, str]] = []
@@ -1263,6 +1305,7 @@ def load_config(raw: Mapping[str, str]) -> StackConfig:
         problems += [_translate(e) for e in exc.errors(include_url=False)]
         raise ConfigError(problems) from None
     problems += _cross_checks(cfg)
+    problems += _secret_checks(cfg, raw, secret_keys)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -1273,12 +1316,33 @@ def program_config() -> dict[str, str]:
     return {**get_config_env(), **CONFIG.get()}
 
 
+def program_secret_keys() -> set[str]:
+    """The keys the CLI marks secret: the language host passes them with the config, or as
+    PULUMI_CONFIG_SECRET_KEYS next to PULUMI_CONFIG."""
+    return set(get_config_secret_keys_env()) | {key for key in program_config() if is_config_secret(key)}
+
+
+# What an offline render puts where the stack file holds ciphertext: without the stack's secrets provider
+# nothing can decrypt it, and the value only ever reaches Secret data, which renders masked.
+UNDECRYPTED = "[secret]"
+
+
+def stack_file_secret_keys(document: Mapping[str, Any]) -> set[str]:
+    """Keys whose value the stack file holds encrypted (`{secure: v1:...}`), as `pulumi config set --secret`
+    writes them."""
+    config = document.get("config") or {}
+    return {key for key, value in config.items() if isinstance(value, dict) and set(value) == {"secure"}}
+
+
 def stack_file_config(document: Mapping[str, Any]) -> dict[str, str]:
     """Turn a parsed `Pulumi.<stack>.yaml` into the string bag the CLI would hand the program."""
     config = document.get("config") or {}
     bag: dict[str, str] = {}
+    secret = stack_file_secret_keys(document)
     for key, value in config.items():
-        if isinstance(value, str):
+        if key in secret:
+            bag[key] = UNDECRYPTED
+        elif isinstance(value, str):
             bag[key] = value
         elif isinstance(value, bool):
             bag[key] = "true" if value else "false"

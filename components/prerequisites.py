@@ -3,9 +3,17 @@
 GO:assets/pre-requisites/*: RuntimeClass `nvidia` always, `nvidia-cdi` and `nvidia-legacy` only with CDI on
 (the operator deletes them otherwise). The namespace carries Pod Security labels because every operand is
 privileged; without them a cluster enforcing `baseline` rejects the driver pods.
+
+With `registry.credentials`, the pull Secret every operand references is created here, its content a Pulumi
+secret: encrypted in state, masked in previews and in the offline render.
 """
 
 from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -18,16 +26,46 @@ RUNTIME_CLASS_LABELS = {"app.kubernetes.io/component": "gpu-operator"}
 POD_SECURITY_LABELS = {
     f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")
 }
+REGISTRY_SECRET = "gpu-stack-registry-credentials"
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    server: str
+    username: str
+    password: str
+
+
+def docker_config(login: RegistryLogin) -> str:
+    """The `.dockerconfigjson` kubelet reads: one registry, with `auth` as docker login writes it."""
+    auth = base64.b64encode(f"{login.username}:{login.password}".encode()).decode()
+    return json.dumps({"auths": {login.server: {"username": login.username, "password": login.password, "auth": auth}}})
 
 
 class PreRequisites(pulumi.ComponentResource):
     namespace: k8s.core.v1.Namespace
     runtime_classes: list[k8s.node.v1.RuntimeClass]
 
-    def __init__(self, name: str, *, namespace: str, cdi: bool, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        namespace: str,
+        cdi: bool,
+        registry_login: Optional[RegistryLogin] = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("gpu-stack:index:PreRequisites", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = k8s.core.v1.Namespace(namespace, metadata=meta(namespace, labels=POD_SECURITY_LABELS), opts=child)
+        if registry_login is not None:
+            k8s.core.v1.Secret(
+                REGISTRY_SECRET,
+                metadata=meta(REGISTRY_SECRET, namespace),
+                type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": pulumi.Output.secret(docker_config(registry_login))},
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.namespace])),
+            )
         names = (RUNTIME_CLASS, *CDI_RUNTIME_CLASSES) if cdi else (RUNTIME_CLASS,)
         self.runtime_classes = [
             k8s.node.v1.RuntimeClass(rc, metadata=meta(rc, labels=RUNTIME_CLASS_LABELS), handler=rc, opts=child)

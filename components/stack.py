@@ -32,7 +32,7 @@ from components.node_status_exporter import NodeStatusExporter
 from components.nfd import NodeFeatureDiscovery
 from components.node_labeler import NodeLabeler
 from components.order import STATE_ORDER
-from components.prerequisites import RUNTIME_CLASS, PreRequisites
+from components.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS, PreRequisites, RegistryLogin
 from components.sandbox_device_plugin import SandboxDevicePlugin
 from components.sandbox_validator import SandboxValidator
 from components.toolkit import ContainerToolkit, runtime_files
@@ -105,7 +105,7 @@ def operands(cfg: StackConfig) -> Operands:
     return Operands(
         namespace=cfg.cluster.namespace,
         images=resolve_images(cfg),
-        pull_secrets=tuple(cfg.registry.pull_secrets),
+        pull_secrets=(*cfg.registry.pull_secrets, *((REGISTRY_SECRET,) if cfg.registry.credentials else ())),
         daemonsets=cfg.daemonsets,
         runtime_class=None if no_runtime_class else RUNTIME_CLASS,
         cdi=cfg.toolkit.cdi,
@@ -168,7 +168,14 @@ class GpuStack(pulumi.ComponentResource):
         return pulumi.ResourceOptions(parent=self)
 
     def _prerequisites(self, after: list[pulumi.Resource]) -> PreRequisites:
-        return PreRequisites("pre-requisites", namespace=self._ops.namespace, cdi=self._cfg.toolkit.cdi, opts=self._opts())
+        cfg = self._cfg
+        login = None
+        if cfg.registry.credentials is not None and cfg.registry_password is not None:
+            credentials = cfg.registry.credentials
+            login = RegistryLogin(credentials.server, credentials.username, cfg.registry_password.get_secret_value())
+        return PreRequisites(
+            "pre-requisites", namespace=self._ops.namespace, cdi=cfg.toolkit.cdi, registry_login=login, opts=self._opts()
+        )
 
     def _nfd(self, after: list[pulumi.Resource]) -> Optional[NodeFeatureDiscovery]:
         cfg = self._cfg

@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import yaml
 
-from components.config import ConfigError, StackConfig, load_config, stack_file_config
+from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
 from gpustack import render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
@@ -43,7 +43,7 @@ def resolve_stack(ref: str) -> tuple[str, Path]:
     return name[len("Pulumi.") : name.rindex(".")], path
 
 
-def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
+def read_stack(ref: str) -> tuple[str, dict[str, Any]]:
     name, path = resolve_stack(ref)
     try:
         document = yaml.safe_load(path.read_text()) or {}
@@ -51,8 +51,13 @@ def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
         raise StackFileError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(document, dict):
         raise StackFileError(f"{path}: expected a mapping with a `config:` key")
+    return name, document
+
+
+def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
+    name, document = read_stack(ref)
     bag = stack_file_config(document)
-    return name, bag, load_config(bag)
+    return name, bag, load_config(bag, stack_file_secret_keys(document))
 
 
 def evaluate(ref: str, preview: bool, policy_config: Optional[str] = None) -> tuple[StackConfig, Recording, list[Violation]]:
@@ -60,7 +65,7 @@ def evaluate(ref: str, preview: bool, policy_config: Optional[str] = None) -> tu
     if policy_config is not None and not Path(policy_config).is_file():
         raise PolicyConfigError(f"policy pack config {policy_config} does not exist")
     settings = pack_config(name, path=Path(policy_config) if policy_config else None)
-    recording = run_program(name, bag, preview=preview)
+    recording = run_program(name, bag, secret_keys=stack_file_secret_keys(read_stack(ref)[1]), preview=preview)
     violations = run_policies(recording, pack_policies(), settings)
     return cfg, recording, violations
 

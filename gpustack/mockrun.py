@@ -13,7 +13,7 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import pulumi
 from google.protobuf import json_format
@@ -64,12 +64,26 @@ class Recording:
         raise KeyError(f"{type_} {name} was not registered")
 
 
+# What a secret looks like in everything the toolkit writes, as in `pulumi preview`.
+MASKED = "[secret]"
+
+
+def _masked(value: Any) -> Any:
+    """Keys stay readable (and schema-checkable); every value under a secret is masked."""
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return MASKED
+
+
 def _plain(value: Any, path: str, secrets: list[str]) -> Any:
-    """Strip the SDK's wire markers; numbers stay as the engine sees them (floats) until rendering."""
+    """Strip the SDK's wire markers; numbers stay as the engine sees them (floats) until rendering. A secret is
+    masked right here, so no manifest, graph or policy report written from a recording can hold it."""
     if isinstance(value, dict):
         if value.get(_SIG_KEY) == _SECRET_SIG:
             secrets.append(path)
-            return _plain(value.get("value"), path, secrets)
+            return _masked(_plain(value.get("value"), path, []))
         return {k: _plain(v, f"{path}.{k}" if path else k, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v, f"{path}[{i}]", secrets) for i, v in enumerate(value)]
@@ -116,8 +130,16 @@ class EchoMocks(pulumi_mocks.Mocks):
         return {}
 
 
-def run_program(stack: str, config: dict[str, str], *, preview: bool = False, program_dir: Path = PROJECT_DIR) -> Recording:
-    """Execute the Pulumi program once, in-process, with `config` as the stack's config bag."""
+def run_program(
+    stack: str,
+    config: dict[str, str],
+    *,
+    secret_keys: Collection[str] = (),
+    preview: bool = False,
+    program_dir: Path = PROJECT_DIR,
+) -> Recording:
+    """Execute the Pulumi program once, in-process, with `config` as the stack's config bag and `secret_keys`
+    marked secret as the CLI marks them."""
     if str(program_dir) not in sys.path:
         sys.path.insert(0, str(program_dir))
     # A fresh event loop and root stack per run: the SDK keeps both in globals.
@@ -126,7 +148,7 @@ def run_program(stack: str, config: dict[str, str], *, preview: bool = False, pr
     pulumi_settings.reset_options(project=PROJECT, stack=stack, preview=preview)
     monitor = RecordingMonitor(EchoMocks())
     pulumi_mocks.set_mocks(EchoMocks(), project=PROJECT, stack=stack, preview=preview, monitor=monitor)
-    set_all_config(dict(config))
+    set_all_config(dict(config), list(secret_keys))
     previous_cwd = os.getcwd()
     try:
         os.chdir(program_dir)
@@ -134,7 +156,7 @@ def run_program(stack: str, config: dict[str, str], *, preview: bool = False, pr
         outputs = _stack_outputs()
     finally:
         os.chdir(previous_cwd)
-        set_all_config({})
+        set_all_config({}, [])
         asyncio.set_event_loop(None)
         loop.close()
     return Recording(stack=stack, preview=preview, registrations=monitor.registrations, outputs=outputs)
