@@ -24,7 +24,7 @@ from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
 from components.cc_manager import CcManager
 from components.kata_device_plugin import KataDevicePlugin
-from components.kubevirt import KubeVirtHostDevices, permitted_pci_devices
+from components.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.mig_manager import MigManager
 from components.monitoring import StackMonitoring
 from components.mps import MpsControlDaemon
@@ -427,15 +427,18 @@ class GpuStack(pulumi.ComponentResource):
         )
 
     def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
-        sandbox = self._cfg.sandbox_workloads
-        models = [p.gpu_model for p in self._cfg.pools_of("vm-passthrough")]
-        if not models or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
+        cfg = self._cfg
+        sandbox = cfg.sandbox_workloads
+        models = [p.gpu_model for p in cfg.pools_of("vm-passthrough")]
+        vgpu_pools = [(p.gpu_model, p.vgpu_config or cfg.vgpu.default_config) for p in cfg.pools_of("vm-vgpu")]
+        if not (models or vgpu_pools) or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
             return None
         return KubeVirtHostDevices(
             "kubevirt-host-devices",
             kubevirt_name=sandbox.kubevirt.name,
             kubevirt_namespace=sandbox.kubevirt.namespace,
             devices=permitted_pci_devices(models),
+            mediated_devices=permitted_mediated_devices(vgpu_pools),
             depends_on=after,
             opts=self._opts(),
         )

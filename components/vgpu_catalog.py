@@ -313,7 +313,7 @@ def vgpu_capable_models() -> tuple[str, ...]:
     return tuple(name for name in catalog.GPU_MODELS if any(model_types(name).values()))
 
 
-def _entry_applies(entry: Mapping[str, Any], pci_id: str) -> bool:
+def entry_applies(entry: Mapping[str, Any], pci_id: str) -> bool:
     filters = entry.get("device-filter")
     if filters is None:
         return True
@@ -331,7 +331,7 @@ def config_problem_for_pci_id(config: str, pci_id: str) -> Optional[str]:
     offered = types_for_pci_id(gpu)
     if not offered:
         return f"{gpu} is no vGPU-capable GPU"
-    applying = [e for e in configs[config] if _entry_applies(e, gpu)]
+    applying = [e for e in configs[config] if entry_applies(e, gpu)]
     if not applying:
         return f"{gpu} has no entry, so nothing is created there"
     for entry in applying:

@@ -196,6 +196,14 @@ _PCI_HOST_DEVICE = _object(
     },
     required=("pciVendorSelector", "resourceName"),
 )
+_MEDIATED_DEVICE = _object(
+    {
+        "mdevNameSelector": {"type": "string", "minLength": 1},
+        "resourceName": {"type": "string", "pattern": r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$"},
+        "externalResourceProvider": {"type": "boolean"},
+    },
+    required=("mdevNameSelector", "resourceName"),
+)
 KUBEVIRT = _object(
     {
         "apiVersion": {"const": "kubevirt.io/v1"},
@@ -204,7 +212,14 @@ KUBEVIRT = _object(
         "spec": _object(
             {
                 "configuration": _object(
-                    {"permittedHostDevices": _object({"pciHostDevices": {"type": "array", "items": _PCI_HOST_DEVICE}})}
+                    {
+                        "permittedHostDevices": _object(
+                            {
+                                "pciHostDevices": {"type": "array", "items": _PCI_HOST_DEVICE},
+                                "mediatedDevices": {"type": "array", "items": _MEDIATED_DEVICE},
+                            }
+                        )
+                    }
                 )
             }
         ),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.catalog import kubevirt_resource_name
+from components.kubevirt import permitted_mediated_devices
 from components.config import ConfigError, load_config
 from stacktest import bag, objects, render, render_stack, stack_config
 
@@ -83,7 +84,7 @@ def kubevirt_patches(recording) -> list:
     return [r for r in recording.registrations if r.type == "kubernetes:kubevirt.io/v1:KubeVirtPatch"]
 
 
-def test_the_kubevirt_cr_is_patched_with_the_passthrough_gpus_only():
+def test_the_kubevirt_cr_is_patched_with_the_passthrough_gpus_and_the_vgpu_types():
     (patch,) = kubevirt_patches(render_stack("kubevirt"))
     inputs = patch.inputs
     assert (inputs["apiVersion"], inputs["kind"]) == ("kubevirt.io/v1", "KubeVirt")
@@ -96,10 +97,36 @@ def test_the_kubevirt_cr_is_patched_with_the_passthrough_gpus_only():
                 "pciHostDevices": [
                     {"pciVendorSelector": "10DE:20B2", "resourceName": "nvidia.com/GA100_A100_SXM4_80GB", "externalResourceProvider": True},
                     {"pciVendorSelector": "10DE:20B5", "resourceName": "nvidia.com/GA100_A100_PCIE_80GB", "externalResourceProvider": True},
-                ]
+                ],
+                # the vm-vgpu pool splits its A10s by A10-12Q
+                "mediatedDevices": [
+                    {"mdevNameSelector": "NVIDIA A10-12Q", "resourceName": "nvidia.com/NVIDIA_A10-12Q", "externalResourceProvider": True},
+                ],
             }
         }
     }
+
+
+@pytest.mark.parametrize(
+    ("model", "config", "expected"),
+    [
+        # Turing and older boards publish `GRID <type>`, Ampere on `NVIDIA <type>` (KubeVirt's and OpenShift's docs)
+        ("T4", "default", [("GRID T4-8Q", "nvidia.com/GRID_T4-8Q")]),
+        ("T4", "T4-2Q", [("GRID T4-2Q", "nvidia.com/GRID_T4-2Q")]),
+        ("L40S", "L40S-24Q", [("NVIDIA L40S-24Q", "nvidia.com/NVIDIA_L40S-24Q")]),
+        # a config made for another board creates nothing on this one, so nothing is permitted
+        ("L40S", "A10-12Q", []),
+    ],
+)
+def test_mediated_device_entries_name_the_types_the_config_creates(model, config, expected):
+    assert [(d.mdev_name_selector, d.resource_name) for d in permitted_mediated_devices([(model, config)])] == expected
+
+
+def test_a_stack_of_only_vgpu_pools_still_patches_kubevirt():
+    config = stack_config("kubevirt")
+    config["gpu-stack:nodePools"] = [p for p in config["gpu-stack:nodePools"] if p.get("workloadType") != "vm-passthrough"]
+    (patch,) = kubevirt_patches(render(config))
+    assert set(patch.inputs["spec"]["configuration"]["permittedHostDevices"]) == {"mediatedDevices"}
 
 
 def test_the_patch_names_another_kubevirt_install_and_can_be_left_to_its_owner():
