@@ -267,9 +267,9 @@ def sidecar_images(target: DriverTarget) -> dict[str, str]:
     return images
 
 
-def _module_probe(module: str, *, initial_delay: int, period: int, failures: int) -> ProbeArgs:
+def _shell_probe(script: str, *, initial_delay: int, period: int, failures: int) -> ProbeArgs:
     return ProbeArgs(
-        exec_=ExecActionArgs(command=["sh", "-c", f"lsmod | grep -q '^{module} '"]),
+        exec_=ExecActionArgs(command=["sh", "-c", script]),
         initial_delay_seconds=initial_delay,
         period_seconds=period,
         failure_threshold=failures,
@@ -284,6 +284,7 @@ AWAIT_DRIVER = (
     f"until [ -d {consts.DRIVER_INSTALL_DIR}/usr/src ] && lsmod | grep -q '^nvidia '; do "
     "echo 'waiting for the NVIDIA driver install'; sleep 10; done; "
 )
+PEERMEM_PROBE = "nvidia-driver probe_nvidia_peermem"
 SIDECAR_MOUNTS = (
     mount("run-nvidia", consts.RUN_NVIDIA, propagation="HostToContainer"),
     mount("var-log", "/var/log"),
@@ -312,22 +313,8 @@ def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
                     mount("dev-log", "/dev/log", read_only=True),
                     mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
                 ],
-                startup_probe=ProbeArgs(
-                    exec_=ExecActionArgs(command=["sh", "-c", "nvidia-driver probe_nvidia_peermem"]),
-                    initial_delay_seconds=10,
-                    failure_threshold=120,
-                    success_threshold=1,
-                    period_seconds=10,
-                    timeout_seconds=10,
-                ),
-                liveness_probe=ProbeArgs(
-                    exec_=ExecActionArgs(command=["sh", "-c", "nvidia-driver probe_nvidia_peermem"]),
-                    initial_delay_seconds=30,
-                    failure_threshold=1,
-                    success_threshold=1,
-                    period_seconds=30,
-                    timeout_seconds=10,
-                ),
+                startup_probe=_shell_probe(PEERMEM_PROBE, initial_delay=10, period=10, failures=120),
+                liveness_probe=_shell_probe(PEERMEM_PROBE, initial_delay=30, period=30, failures=1),
             )
         )
     installers = {"nvidia-fs-ctr": ("nvidia-gds-driver", "nvidia_fs"), "nvidia-gdrcopy-ctr": ("nvidia-gdrcopy-driver", "gdrdrv")}
@@ -342,7 +329,7 @@ def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
                 args=[f"{AWAIT_DRIVER}exec {installer} install"],
                 security_context=PRIVILEGED_S0,
                 volume_mounts=list(SIDECAR_MOUNTS),
-                startup_probe=_module_probe(module, initial_delay=10, period=10, failures=120),
+                startup_probe=_shell_probe(f"lsmod | grep -q '^{module} '", initial_delay=10, period=10, failures=120),
             )
         )
     return containers
