@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import render, schema
+from gpustack import importer, inventory, render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
@@ -110,6 +110,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION if failed else EXIT_OK
 
 
+def cmd_inventory(args: argparse.Namespace) -> int:
+    name, _, cfg = load_stack(args.stack) if args.stack else (None, None, None)
+    return inventory.run(stack=name, cfg=cfg, pool=args.pool, as_json=args.json)
+
+
 def _print_violations(violations: Sequence[Violation]) -> None:
     for v in violations:
         print(f"policy {v.enforcement} {v.policy}: {v.message} ({v.urn})")
@@ -129,6 +134,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
     check_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     check_parser.set_defaults(run=cmd_check)
+    inventory_parser = sub.add_parser("inventory", help="read this machine's GPUs (NVML); with --stack, their drift from its pools")
+    inventory_parser.add_argument("--stack", help="stack name (stacks/Pulumi.<name>.yaml) or path to compare with")
+    inventory_parser.add_argument("--pool", help="judge the node against this pool only (default: every pool of its GPU model)")
+    inventory_parser.add_argument("--json", action="store_true", help="machine-readable output")
+    inventory_parser.set_defaults(run=cmd_inventory)
+    import_parser = sub.add_parser("import", help="turn a running operator's ClusterPolicy into a stack file")
+    importer.add_arguments(import_parser)
+    import_parser.set_defaults(run=importer.run)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -5,11 +5,13 @@ The NVIDIA GPU Operator's controller labels GPU nodes (``nvidia.com/gpu.present`
 replaces that controller with a Pulumi program, which cannot react to nodes joining
 or changing, so this agent runs on every GPU node and labels its own node instead.
 The same image also carries the one-shot validation gate that a Job runs after
-``pulumi up``.
+``pulumi up``, and the inventory loop that reads the node's GPUs through NVML and
+annotates the node with them and with their drift from its pool.
 
 Module layout keeps decisions testable without a cluster: :mod:`.labels` and
-:mod:`.gate` are pure functions over API objects as plain dicts, :mod:`.kube` is the
-only module that talks to the API server.
+:mod:`.gate` are pure functions over API objects as plain dicts, :mod:`.inventory`
+holds the NVML read (also imported by ``python -m gpustack inventory``) and pure drift
+checks, :mod:`.kube` is the only module that talks to the API server.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

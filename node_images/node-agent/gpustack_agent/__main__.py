@@ -1,6 +1,6 @@
-"""Command line entry point: ``python -m gpustack_agent {label,wait-validated}``.
+"""Command line entry point: ``python -m gpustack_agent {label,inventory,wait-validated}``.
 
-Settings come from environment variables rather than flags because both modes are
+Settings come from environment variables rather than flags because every mode is
 started from pod specs that the Pulumi program generates, where env (with the
 downward API for NODE_NAME) is the natural interface. Exit codes: 0 success,
 1 failure (fatal API error, or strict validation failed), 2 bad settings,
@@ -24,7 +24,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import gate, kube, labels
+from . import gate, inventory, kube, labels
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60
@@ -38,6 +38,14 @@ LABEL_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
   CONFIG_FILE      node-pools config, re-read on every reconcile (default {DEFAULT_CONFIG_FILE})
   RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS})
+"""
+INVENTORY_HELP = f"""environment:
+  NODE_NAME        (required) the node this pod runs on, from the downward API
+  CONFIG_FILE      node-pools config, re-read on every pass (default {DEFAULT_CONFIG_FILE})
+  RESYNC_SECONDS   seconds between NVML reads (default {DEFAULT_RESYNC_SECONDS})
+
+The container needs NVML: the NVIDIA runtime with NVIDIA_VISIBLE_DEVICES=all and
+NVIDIA_DRIVER_CAPABILITIES=utility, or the driver's libraries and /dev/nvidia* mounted.
 """
 GATE_HELP = f"""environment:
   NAMESPACE        (required) namespace of the nvidia-operator-validator pods
@@ -214,13 +222,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpustack_agent",
-        description="gpu-stack node agent: labels its own GPU node, or gates on NVIDIA validation.",
+        description="gpu-stack node agent: labels its own GPU node, reports its GPUs, or gates on NVIDIA validation.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{label,wait-validated}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{label,inventory,wait-validated}")
     commands.add_parser(
         "label",
         help="keep this node's GPU labels reconciled (DaemonSet)",
         epilog=LABEL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_parser(
+        "inventory",
+        help="annotate this node with its GPUs (NVML) and their drift from its pool (DaemonSet)",
+        epilog=INVENTORY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands.add_parser(
@@ -240,6 +254,21 @@ def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, An
         core,
         node_name=settings.node_name,
         load_config=lambda: read_config(settings.config_file),
+        resync_seconds=settings.resync_seconds,
+        log=log_json,
+    )
+    return EXIT_OK
+
+
+def _run_inventory(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
+    core, _, _ = clients()
+    log_json({"level": "info", "event": "starting", "command": "inventory", "node": settings.node_name,
+              "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
+    kube.run_inventory_loop(
+        core,
+        node_name=settings.node_name,
+        load_config=lambda: read_config(settings.config_file),
+        read_inventory=inventory.read_inventory,
         resync_seconds=settings.resync_seconds,
         log=log_json,
     )
@@ -276,7 +305,7 @@ def main(
     env = os.environ if environ is None else environ
     settings: LabelSettings | GateSettings
     try:
-        if args.command == "label":
+        if args.command in ("label", "inventory"):
             settings = LabelSettings.from_env(env)
         else:
             settings = GateSettings.from_env(env, own_namespace)
@@ -288,12 +317,14 @@ def main(
     # without this the pod would only die by SIGKILL at the end of the grace period.
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        if isinstance(settings, LabelSettings):
-            return _run_label(settings, clients)
-        return _run_gate(settings, clients)
+        if isinstance(settings, GateSettings):
+            return _run_gate(settings, clients)
+        if args.command == "inventory":
+            return _run_inventory(settings, clients)
+        return _run_label(settings, clients)
     except Shutdown:
         log_json({"level": "info", "event": "stopping", "command": args.command, "signal": "SIGTERM"})
-        return EXIT_OK if args.command == "label" else EXIT_TERMINATED
+        return EXIT_TERMINATED if isinstance(settings, GateSettings) else EXIT_OK
     except (ApiException, urllib3.exceptions.HTTPError, ConfigException) as exc:
         # Reached only for errors retrying cannot fix (e.g. 403, 404); failing makes
         # the pod's restarts visible instead of hiding the problem in a log.

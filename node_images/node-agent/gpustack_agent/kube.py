@@ -1,4 +1,4 @@
-"""Kubernetes API glue and the two control loops.
+"""Kubernetes API glue and the control loops.
 
 Everything that talks to the API server lives here so that :mod:`.labels` and
 :mod:`.gate` stay pure. API objects are converted to dicts shaped like
@@ -20,7 +20,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from . import gate, labels
+from . import gate, inventory, labels
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -206,6 +206,61 @@ def run_label_loop(
             # Labels stay as they are: guessing with a bad config could strip deploy
             # labels from every node. kubelet rewrites the mounted file in place, so
             # the next resync picks up the fix without a restart.
+            log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
+            sleep(resync_seconds)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            if not is_transient(exc):
+                raise
+            failures += 1
+            delay = backoff_delay(failures, rng)
+            log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
+            sleep(delay)
+
+
+def run_inventory_loop(
+    core: Any,
+    *,
+    node_name: str,
+    load_config: Callable[[], Any],
+    read_inventory: Callable[[], inventory.Inventory],
+    resync_seconds: int,
+    log: Log,
+    stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
+) -> None:
+    """Every ``resync_seconds`` until ``stop()``: read the GPUs through NVML, compare them with the node's pool,
+    and keep the gpu-stack/inventory and gpu-stack/drift annotations current, logging each change.
+
+    Polled, not watched: the hardware and the MIG state change without a node event, and a drift report a
+    minute late is still a report.
+    """
+    failures = 0
+    while not stop():
+        try:
+            try:
+                found: inventory.Inventory | inventory.NvmlUnavailable = read_inventory()
+            except inventory.NvmlUnavailable as exc:
+                # Normal until the driver is up (a managed driver installs after the node is labelled), so
+                # record it and try again next pass.
+                found = exc
+            node = get_node(core, node_name)
+            metadata = node.get("metadata") or {}
+            wanted, drift = inventory.wanted_annotations(found, metadata.get("labels") or {}, load_config())
+            patch = inventory.annotation_patch(node, wanted)
+            if patch is not None:
+                # No resourceVersion: only this loop writes these two keys, and a compare-and-swap would lose
+                # every race with the label loop's writes to the same node for nothing.
+                patch_node(core, node_name, patch)
+                if isinstance(found, inventory.NvmlUnavailable):
+                    log({"level": "warning", "event": "inventory-unavailable", "node": node_name, "error": str(found)})
+                else:
+                    log({"level": "warning" if drift else "info", "event": "inventory", "node": node_name,
+                         "inventory": found.summary(), "drift": [d.as_json() for d in drift]})
+            failures = 0
+            sleep(resync_seconds)
+        except labels.ConfigError as exc:
+            # Drift is judged against the config; with none readable the annotations keep their last verdict.
             log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
             sleep(resync_seconds)
         except (ApiException, urllib3.exceptions.HTTPError) as exc:

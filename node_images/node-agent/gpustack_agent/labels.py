@@ -39,6 +39,9 @@ class Pool:
     node_selector: Mapping[str, str]
     deploy_labels: frozenset[str]
     labels: Mapping[str, str]
+    # Not used for labelling: the inventory loop compares the node's GPUs with it. None from a Pulumi program
+    # that predates the key.
+    gpu_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,10 @@ def parse_config(raw: Any) -> Config:
         )
         if reserved:
             raise ConfigError(f"{where}.labels may not set {reserved}: the agent manages them by other rules")
-        pools.append(Pool(name, selector, frozenset(deploy), pool_labels))
+        gpu_model = raw_pool.get("gpuModel")
+        if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model):
+            raise ConfigError(f"{where}.gpuModel must be a non-empty string, got {gpu_model!r}")
+        pools.append(Pool(name, selector, frozenset(deploy), pool_labels, gpu_model))
 
     # If a selector or the GPU test depended on a label the agent writes, one pass
     # would change the outcome of the next and the labels would never settle.
