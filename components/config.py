@@ -735,6 +735,8 @@ class Components(_Model):
     gfd: StrictBool = True
     mig_manager: StrictBool = True
     node_status_exporter: StrictBool = False
+    # The node agent's NVML drift report; it reads the labeller's pools document, so it follows the labeller.
+    node_inventory: StrictBool = True
 
 
 class StackConfig(_Model):
@@ -1228,6 +1230,14 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
+    if "node_inventory" in cfg.components.model_fields_set and cfg.components.node_inventory and not cfg.components.node_labeler:
+        problems.append(
+            (
+                f"{NAMESPACE}:components.nodeInventory",
+                "the inventory compares each node with the pool the node labeller matched it to: set "
+                "components.nodeLabeler: true, or nodeInventory: false",
+            )
+        )
     own_driver = [p.name for p in cfg.driver_pools if cfg.pool_driver(p).own]
     if own_driver and not cfg.components.node_labeler:
         problems.append(

@@ -5,8 +5,8 @@ gpu-stack keeps that order as `depends_on` edges: each state's objects are appli
 state's objects. Readiness never gates the next state (operands are not awaited); per-node ordering stays in
 the validator init containers and the files under /run/nvidia/validations, where NVIDIA puts it.
 
-Five entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
-NodeLabelingReconciler), the KubeVirt host-device permissions (a step NVIDIA's docs leave to the user), the
+Six entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
+NodeLabelingReconciler), the node inventory (NVML drift reports, which no operator state gives), the KubeVirt host-device permissions (a step NVIDIA's docs leave to the user), the
 later driver upgrade waves (the operator's upgrade controller, done as ordered
 DaemonSets behind validation gates) and the stack validation gate (what `kubectl get clusterpolicy` status
 would say). The first wave's drivers stay in `state-driver`; every later wave waits for the wave before it
@@ -42,6 +42,7 @@ STATE_ORDER: tuple[State, ...] = (
     State("gpu-feature-discovery", "assets/gpu-feature-discovery", "gfd"),
     State("state-mig-manager", "assets/state-mig-manager", "mig_manager"),
     State("state-node-status-exporter", "assets/state-node-status-exporter", "node_status_exporter"),
+    State("node-inventory", "no operator state: the node agent's NVML read against the node's declared pool", "node_inventory"),
     State("state-vgpu-manager", "assets/state-vgpu-manager", "vgpu_manager"),
     State("state-vgpu-device-manager", "assets/state-vgpu-device-manager", "vgpu_device_manager"),
     State("state-sandbox-validation", "assets/state-sandbox-validation", "sandbox_validator"),

@@ -28,6 +28,7 @@ from components.kubevirt import KubeVirtHostDevices, permitted_mediated_devices,
 from components.mig_manager import MigManager
 from components.monitoring import StackMonitoring
 from components.mps import MpsControlDaemon
+from components.node_inventory import NodeInventory
 from components.node_status_exporter import NodeStatusExporter
 from components.nfd import NodeFeatureDiscovery
 from components.node_labeler import NodeLabeler
@@ -143,6 +144,7 @@ class GpuStack(pulumi.ComponentResource):
             "gpu-feature-discovery": self._gfd,
             "state-mig-manager": self._mig_manager,
             "state-node-status-exporter": self._node_status_exporter,
+            "node-inventory": self._node_inventory,
             "state-vgpu-manager": self._vgpu_manager,
             "state-vgpu-device-manager": self._vgpu_device_manager,
             "state-sandbox-validation": self._sandbox_validator,
@@ -353,6 +355,22 @@ class GpuStack(pulumi.ComponentResource):
             custom_layouts=sharing.mig_parted_layouts(cfg.node_pools, cfg.mig_layouts),
             with_reboot=cfg.mig_manager.with_reboot,
             toolkit_enabled=cfg.components.toolkit,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _node_inventory(self, after: list[pulumi.Resource]) -> Optional[NodeInventory]:
+        cfg = self._cfg
+        labeler = self.states.get("node-labeling")
+        if not cfg.components.node_inventory or not isinstance(labeler, NodeLabeler) or not cfg.container_pools:
+            return None
+        assert cfg.node_agent.image is not None  # the labeller needs it too
+        return NodeInventory(
+            "node-inventory",
+            ops=self._ops,
+            image=cfg.node_agent.image,
+            resync_seconds=cfg.node_agent.resync_seconds,
+            pools_config=labeler.config_map,
             depends_on=after,
             opts=self._opts(),
         )

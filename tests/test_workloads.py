@@ -41,6 +41,7 @@ def test_each_workload_type_gets_exactly_its_daemonsets():
     assert daemonsets_by_pool(render_stack("kubevirt")) == {
         "containers-l40s": {
             "gpu-stack-node-labeler",
+            "gpu-stack-node-inventory",
             "nvidia-driver-daemonset",
             "nvidia-container-toolkit-daemonset",
             "nvidia-operator-validator",
