@@ -19,5 +19,8 @@ pulumi.export("states", list(stack.states))
 pulumi.export("nodePools", {p.name: {"workloadType": p.workload_type, "gpuModel": p.gpu_model} for p in config.node_pools})
 # What a workload on each pool requests: resource names and how many of each one GPU becomes.
 pulumi.export("gpuResources", stack.gpu_resources)
+# DRA pools: ResourceClaimTemplates to start from (one GPU, one MIG device, a ComputeDomain), at the cluster's API version.
+if stack.dra_examples:
+    pulumi.export("draExampleClaims", stack.dra_examples)
 gate = stack.states.get("stack-validation")
 pulumi.export("validation", gate.result if gate is not None else {"status": "off"})

@@ -37,6 +37,7 @@ IMAGES: dict[str, tuple[str, str]] = {
     # GPUDirect sidecars of the driver DaemonSet (`gds`, `gdrcopy`); tags get the node's OS suffix like the driver's.
     "gds": ("nvidia/cloud-native/nvidia-fs", "2.29.4"),
     "gdrcopy": ("nvidia/cloud-native/gdrdrv", "v2.6"),
+    "draDriver": ("nvidia/dra-driver-nvidia-gpu", "v0.5.0"),  # GPUCluster's `draDriver` (DRA mode pools)
 }
 
 # nvidia-fs from this release on builds only against the open kernel modules (GO:internal/consts/consts.go

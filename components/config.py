@@ -172,6 +172,7 @@ class Versions(_Model):
     vgpu_device_manager: str = catalog.IMAGES["vgpuDeviceManager"][1]
     gds: str = catalog.IMAGES["gds"][1]
     gdrcopy: str = catalog.IMAGES["gdrcopy"][1]
+    dra_driver: str = catalog.IMAGES["draDriver"][1]
     nfd_chart: str = catalog.NFD_CHART_VERSION
 
     _tags = field_validator(
@@ -189,6 +190,7 @@ class Versions(_Model):
         "vgpu_device_manager",
         "gds",
         "gdrcopy",
+        "dra_driver",
         "nfd_chart",
     )(_image_version)
 
@@ -614,6 +616,9 @@ class NodePool(_Model):
     sharing: Sharing = Sharing()
     # vm-vgpu pools: the vgpu-configs entry their GPUs are split by (label nvidia.com/vgpu.config).
     vgpu_config: Optional[str] = None
+    # Container pools: who hands out the GPUs, the device plugin (nvidia.com/gpu) or NVIDIA's DRA driver
+    # (ResourceClaims).
+    allocation: Literal["device-plugin", "dra"] = "device-plugin"
 
     @field_validator("name")
     @classmethod
@@ -720,6 +725,13 @@ def gds_needs_open_modules(gds_version: str) -> bool:
     return tuple(int(n) for n in numbers[:3]) >= catalog.GDS_MIN_VERSION_FOR_OPEN_MODULES
 
 
+class Dra(_Model):
+    """NVIDIA's DRA driver for GPUs, on the pools with `allocation: dra`."""
+
+    # Multi-node NVLink (IMEX) ComputeDomains: the controller, CRDs and the kubelet plugin's second container.
+    compute_domains: StrictBool = False
+
+
 class Components(_Model):
     """Per-component switches, defaulting as the operator's Helm chart does. The operator validator cannot be
     switched off (it is the node-level gate); the driver follows `driver.mode`; the MPS control daemon is
@@ -762,6 +774,7 @@ class StackConfig(_Model):
     sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
     vgpu: Vgpu = Vgpu()
     gpudirect: GpuDirect = GpuDirect()
+    dra: Dra = Dra()
     # Only ever a Pulumi secret (`pulumi config set --secret`); load_config refuses a plain value.
     registry_password: Optional[SecretStr] = None
 
@@ -779,6 +792,10 @@ class StackConfig(_Model):
     @property
     def container_pools(self) -> list[NodePool]:
         return [p for p in self.node_pools if p.workload_type == "container"]
+
+    @property
+    def dra_pools(self) -> list[NodePool]:
+        return [p for p in self.container_pools if p.allocation == "dra"]
 
     @property
     def gds_forces_open_modules(self) -> bool:
@@ -807,7 +824,8 @@ class StackConfig(_Model):
 
     @property
     def shared_pools(self) -> list[NodePool]:
-        """Pools whose device plugin needs a config of its own (any sharing, MIG included)."""
+        """Pools whose device plugin needs a config of its own (any sharing, MIG included). DRA pools keep theirs:
+        GFD reads the same config for its MIG strategy."""
         return [p for p in self.node_pools if p.sharing.strategy != "none"]
 
     def pools_sharing_by(self, *strategies: str) -> list[NodePool]:
@@ -1068,6 +1086,47 @@ def _gpudirect_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
+# resource.k8s.io/v1 and adminAccess (which the DRA validator's claim needs) are on by default from 1.34.
+DRA_MIN_KUBERNETES_MINOR = 34
+
+
+def _dra_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for i, pool in enumerate(cfg.node_pools):
+        here = f"{NAMESPACE}:nodePools[{i}]"
+        if pool.allocation != "dra":
+            continue
+        if pool.workload_type != "container":
+            problems.append((f"{here}.allocation", f"only container pools allocate GPUs to pods, not {pool.workload_type!r}; remove it"))
+        elif pool.sharing.strategy in ("time-slicing", "mps"):
+            problems.append(
+                (
+                    f"{here}.sharing.strategy",
+                    f"{pool.sharing.strategy!r} configures the device plugin, which DRA pools do not run; with DRA a "
+                    "claim asks for sharing in its GpuConfig; allowed values here: none, mig-single, mig-mixed",
+                )
+            )
+    if not cfg.dra_pools:
+        if "compute_domains" in cfg.dra.model_fields_set:
+            problems.append((f"{NAMESPACE}:dra", "no pool has allocation: dra; remove this block"))
+        return problems
+    old = [v for v in cfg.cluster.kubernetes_versions if int(v.split(".")[1]) < DRA_MIN_KUBERNETES_MINOR]
+    if old:
+        problems.append(
+            (
+                f"{NAMESPACE}:cluster.kubernetesVersions",
+                f"DRA pools need Kubernetes 1.{DRA_MIN_KUBERNETES_MINOR} or later (got {', '.join(old)}): before it "
+                "resource.k8s.io is served only as a beta API behind the DynamicResourceAllocation feature gate, and "
+                "the DRA validator's adminAccess claim is off by default",
+            )
+        )
+    if not cfg.components.node_labeler:
+        problems.append(
+            (f"{NAMESPACE}:components.nodeLabeler", "DRA pools take the dra-driver deploy label from the node labeller: set it to true")
+        )
+    return problems
+
+
 def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
     """A pool's OS, node image and driver keys against its effective driver mode."""
     problems: list[tuple[str, str]] = []
@@ -1226,6 +1285,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems += _pool_driver_checks(cfg, pool, here)
     problems += _upgrade_checks(cfg)
     problems += _gpudirect_checks(cfg)
+    problems += _dra_checks(cfg)
     problems += _monitoring_checks(cfg)
     problems += _mig_layout_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):

@@ -65,6 +65,10 @@ MIG_MANAGER_DEPLOY_COMPONENT = "mig-manager"
 # (GO:controllers/state_manager.go, fact sheet §7).
 KATA_DEPLOY_SUBSTITUTES: dict[str, str] = {"sandbox-device-plugin": "kata-sandbox-device-plugin"}
 
+# A DRA pool's nodes take NVIDIA's DRA kubelet plugin and the DRA validator in place of the device plugin and the
+# operator validator (the GPUCluster states' deploy labels, fact sheet §1.6).
+DRA_DEPLOY_SUBSTITUTES: dict[str, str] = {"device-plugin": "dra-driver", "operator-validator": "dra-validator"}
+
 # Every deploy label the labeller may remove when a node's workload type says it does not belong there.
 ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (
     "driver",
@@ -85,6 +89,8 @@ ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (
     "vgpu-device-manager",
     "kata-manager",
     "cc-manager",
+    "dra-driver",
+    "dra-validator",
 )
 
 

@@ -178,6 +178,15 @@ class Sidecars:
 
 
 @dataclass(frozen=True)
+class ValidatedFiles:
+    """What a node's validator has written once the node works, by how the node's GPUs are handed out: DRA nodes
+    are validated by the DRA validator, whose last file is `dra-ready` rather than cuda's and the plugin's."""
+
+    device_plugin: tuple[str, ...]
+    dra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DriverTarget:
     """One driver DaemonSet and the pools it serves (empty: every node with the driver deploy label)."""
 
@@ -189,6 +198,10 @@ class DriverTarget:
     wave: Optional[str] = None
     kernel: Optional[str] = None  # precompiled only
     sidecars: Sidecars = Sidecars()
+    dra: bool = False  # its pools allocate by DRA
+
+    def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
+        return files.dra if self.dra else files.device_plugin
 
     @property
     def precompiled(self) -> bool:
@@ -222,6 +235,7 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
     """The driver DaemonSets of a stack, in pool order (see the module docstring for names and selectors)."""
     wave_of = {pool: wave.name for wave in cfg.upgrade.waves for pool in wave.pools}
     plans = {pool.name: cfg.pool_driver(pool) for pool in cfg.driver_pools}
+    dra = {pool.name for pool in cfg.dra_pools}
     mixed_os = len({plan.os_tag for plan in plans.values() if plan.mode == "managed"}) > 1
     groups: dict[tuple, list[str]] = {}
     for pool, plan in plans.items():
@@ -230,13 +244,14 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
             image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
         else:
             image = managed_image(repository, plan.version, plan.os_tag)
-        key = (wave_of.get(pool), pool if plan.own else None, image, plan.kernel_module_type, plan.os_tag, plan.kernel)
+        key = (wave_of.get(pool), pool if plan.own else None, image, plan.kernel_module_type, plan.os_tag, plan.kernel, pool in dra)
         groups.setdefault(key, []).append(pool)
     restrict = cfg.components.node_labeler
     targets: list[DriverTarget] = []
     for key, pools in groups.items():
-        wave, own_pool, image, module_type, os_tag, kernel = key
-        parts = [p for p in (wave, own_pool) if p]
+        wave, own_pool, image, module_type, os_tag, kernel, by_dra = key
+        # DRA pools get DaemonSets of their own: their pods are ready on other validation files.
+        parts = [p for p in (wave, own_pool, "dra" if by_dra and not own_pool else None) if p]
         if kernel is not None:
             parts += [sanitize_kernel(kernel), os_tag]
         elif mixed_os:
@@ -245,7 +260,7 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
         if any(t.daemonset == name for t in targets):
             # e.g. wave `a-b` next to pool `b` with its own driver in wave `a`
             name = daemonset_name(*parts, hashlib.sha256(repr(key).encode()).hexdigest()[:6])
-        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel, sidecars))
+        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel, sidecars, by_dra))
     return targets
 
 
@@ -349,11 +364,11 @@ def driver_daemonset(
     ops: Operands,
     target: DriverTarget,
     upgrade: Upgrade,
-    validated_files: Sequence[str],
+    validated_files: ValidatedFiles,
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`."""
-    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in validated_files)
+    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     digest = config_digest(target)
     driver_env = [
         NODE_NAME_ENV,
@@ -508,7 +523,7 @@ class Driver(pulumi.ComponentResource):
         ops: Operands,
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
-        validated_files: Sequence[str],
+        validated_files: ValidatedFiles,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):

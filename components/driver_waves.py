@@ -26,7 +26,7 @@ import pulumi_kubernetes as k8s
 
 from components._k8s import Operands, also_after, child_opts, env, rbac_set, rule
 from components.config import Upgrade
-from components.driver import WAVE_LABEL, DriverTarget, driver_daemonset, driver_manager_env
+from components.driver import WAVE_LABEL, DriverTarget, ValidatedFiles, driver_daemonset, driver_manager_env
 from components.validation_gate import gate_job, gate_rules
 
 NAME = "gpu-stack-wave-gate"
@@ -59,7 +59,7 @@ class DriverWaves(pulumi.ComponentResource):
         gate_image: str,
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
-        validated_files: Sequence[str],
+        validated_files: ValidatedFiles,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -86,6 +86,7 @@ class DriverWaves(pulumi.ComponentResource):
                 extra_env=[
                     env("POOLS", ",".join(before.pools)),
                     env("DRIVER_DAEMONSETS", ",".join(t.daemonset for t in wave_before)),
+                    *([env("DRA_VALIDATOR", "true")] if any(t.dra for t in wave_before) else []),
                 ],
                 service_account=NAME,
                 opts=also_after(child, *rbac.resources, *previous),

@@ -65,8 +65,8 @@ class NodeInventory(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
-            # wherever the operator validator runs: container GPU nodes, the ones with a host-visible driver
-            deploy_component="operator-validator",
+            # container GPU nodes (device plugin or DRA), the ones whose driver the runtime can inject
+            deploy_component="container-toolkit",
             service_account=NAME,
             runtime_class=True,
             containers=[agent],

@@ -52,6 +52,8 @@ def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = 
     components = list(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[pool.workload_type])
     if sandbox_mode == "kata" and pool.workload_type == "vm-passthrough":
         components = [consts.KATA_DEPLOY_SUBSTITUTES.get(c, c) for c in components]
+    if pool.workload_type == "container" and pool.allocation == "dra":
+        components = [consts.DRA_DEPLOY_SUBSTITUTES.get(c, c) for c in components]
     if not driver_deployed and "driver" in components:
         # The node image ships the driver: no driver DaemonSet may ever select these nodes.
         components.remove("driver")

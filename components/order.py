@@ -36,6 +36,8 @@ STATE_ORDER: tuple[State, ...] = (
     State("state-container-toolkit", "assets/state-container-toolkit", "toolkit"),
     State("state-operator-validation", "assets/state-operator-validation", "validator"),
     State("state-device-plugin", "assets/state-device-plugin", "device_plugin"),
+    State("state-dra-driver", "GPUCluster manifests/state-dra-driver (the DRA driver in place of the device plugin)", "dra_driver"),
+    State("state-dra-validation", "GPUCluster manifests/state-dra-validation", "dra_validator"),
     State("state-mps-control-daemon", "assets/state-mps-control-daemon", "mps"),
     State("state-dcgm", "assets/state-dcgm", "dcgm"),
     State("state-dcgm-exporter", "assets/state-dcgm-exporter", "dcgm_exporter"),

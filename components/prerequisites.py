@@ -53,11 +53,13 @@ class PreRequisites(pulumi.ComponentResource):
         namespace: str,
         cdi: bool,
         registry_login: Optional[RegistryLogin] = None,
+        namespace_labels: Optional[dict[str, str]] = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-stack:index:PreRequisites", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.namespace = k8s.core.v1.Namespace(namespace, metadata=meta(namespace, labels=POD_SECURITY_LABELS), opts=child)
+        labels = {**POD_SECURITY_LABELS, **(namespace_labels or {})}
+        self.namespace = k8s.core.v1.Namespace(namespace, metadata=meta(namespace, labels=labels), opts=child)
         if registry_login is not None:
             k8s.core.v1.Secret(
                 REGISTRY_SECRET,

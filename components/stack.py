@@ -19,7 +19,10 @@ from components import dcgm_metrics, sharing
 from components.dcgm import REMOTE_HOSTENGINE, Dcgm
 from components.dcgm_exporter import DcgmExporter
 from components.device_plugin import DevicePlugin
-from components.driver import Driver, Sidecars, first_wave, plan_targets
+from components.driver import Driver, Sidecars, ValidatedFiles, first_wave, plan_targets
+from components.dra_driver import DraDriver, example_claim_templates, resource_api_version
+from components.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
+from components.dra_validator import DraValidator
 from components.driver_waves import DriverWaves
 from components.gfd import GpuFeatureDiscovery
 from components.cc_manager import CcManager
@@ -38,7 +41,7 @@ from components.sandbox_device_plugin import SandboxDevicePlugin
 from components.sandbox_validator import SandboxValidator
 from components.toolkit import ContainerToolkit, runtime_files
 from components.validation_gate import ValidationGate
-from components.validator import OperatorValidator
+from components.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
 from components.validator import ready_files as validator_ready_files
 from components.vfio_manager import VfioManager
 from components.vgpu_device_manager import VgpuDeviceManager
@@ -138,6 +141,8 @@ class GpuStack(pulumi.ComponentResource):
             "state-container-toolkit": self._toolkit,
             "state-operator-validation": self._validator,
             "state-device-plugin": self._device_plugin,
+            "state-dra-driver": self._dra_driver,
+            "state-dra-validation": self._dra_validator,
             "state-mps-control-daemon": self._mps,
             "state-dcgm": self._dcgm,
             "state-dcgm-exporter": self._dcgm_exporter,
@@ -176,7 +181,13 @@ class GpuStack(pulumi.ComponentResource):
             credentials = cfg.registry.credentials
             login = RegistryLogin(credentials.server, credentials.username, cfg.registry_password.get_secret_value())
         return PreRequisites(
-            "pre-requisites", namespace=self._ops.namespace, cdi=cfg.toolkit.cdi, registry_login=login, opts=self._opts()
+            "pre-requisites",
+            namespace=self._ops.namespace,
+            cdi=cfg.toolkit.cdi,
+            registry_login=login,
+            # the DRA validator's adminAccess claim is admitted only in a namespace labelled for it
+            namespace_labels=DRA_NAMESPACE_LABELS if cfg.dra_pools else None,
+            opts=self._opts(),
         )
 
     def _nfd(self, after: list[pulumi.Resource]) -> Optional[NodeFeatureDiscovery]:
@@ -217,9 +228,11 @@ class GpuStack(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _validated_files(self) -> tuple[str, ...]:
-        return validator_ready_files(
-            device_plugin=self._cfg.components.device_plugin, gpudirect=self._cfg.gpudirect.validated_components
+    def _validated_files(self) -> ValidatedFiles:
+        gpudirect = self._cfg.gpudirect.validated_components
+        return ValidatedFiles(
+            device_plugin=validator_ready_files(device_plugin=self._cfg.components.device_plugin, gpudirect=gpudirect),
+            dra=dra_ready_files(gpudirect=gpudirect),
         )
 
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
@@ -291,6 +304,44 @@ class GpuStack(pulumi.ComponentResource):
             depends_on=after,
             opts=self._opts(),
         )
+
+    def _dra_driver(self, after: list[pulumi.Resource]) -> Optional[DraDriver]:
+        cfg = self._cfg
+        if not cfg.dra_pools:
+            return None
+        return DraDriver(
+            "state-dra-driver",
+            ops=self._ops,
+            image=image_ref(cfg.registry.override or catalog.DEFAULT_REGISTRY, catalog.IMAGES["draDriver"][0], cfg.versions.dra_driver),
+            resource_api_version=resource_api_version(cfg.cluster.kubernetes_versions),
+            pools=[p.name for p in cfg.dra_pools],
+            compute_domains=cfg.dra.compute_domains,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _dra_validator(self, after: list[pulumi.Resource]) -> Optional[DraValidator]:
+        cfg = self._cfg
+        if not cfg.dra_pools:
+            return None
+        return DraValidator(
+            "state-dra-validation",
+            ops=self._ops,
+            resource_api_version=resource_api_version(cfg.cluster.kubernetes_versions),
+            pools=[p.name for p in cfg.dra_pools],
+            node_checks=node_checks(self._ops.images.validator, cfg.gpudirect.validated_components),
+            node_check_volumes=NODE_CHECK_VOLUMES,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    @property
+    def dra_examples(self) -> list[dict]:
+        """ResourceClaimTemplates a workload team can start from (a stack output), at the stack's API version."""
+        cfg = self._cfg
+        if not cfg.dra_pools:
+            return []
+        return example_claim_templates(resource_api_version(cfg.cluster.kubernetes_versions), cfg.dra.compute_domains)
 
     def _plugin_configs(self) -> Optional[k8s.core.v1.ConfigMap]:
         plugin = self.states.get("state-device-plugin")
@@ -492,6 +543,7 @@ class GpuStack(pulumi.ComponentResource):
             timeout_seconds=cfg.validation.timeout_seconds,
             stack_digest=stack_digest(cfg),
             sandbox_validator="state-sandbox-validation" in self.states,
+            dra_validator="state-dra-validation" in self.states,
             # after every state, not only the previous one: it judges the whole stack
             depends_on=list(self.states.values()),
             opts=self._opts(),

@@ -135,6 +135,7 @@ class ValidationGate(pulumi.ComponentResource):
         timeout_seconds: int,
         stack_digest: str,
         sandbox_validator: bool = False,
+        dra_validator: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -151,7 +152,11 @@ class ValidationGate(pulumi.ComponentResource):
             labels={"gpu-stack/validates": VALIDATOR},
             annotations={DIGEST_ANNOTATION: stack_digest},
             # VM nodes run NVIDIA's sandbox validator instead; the gate judges them by it
-            extra_env=[env("SANDBOX_VALIDATOR", "true")] if sandbox_validator else [],
+            extra_env=[
+                *([env("SANDBOX_VALIDATOR", "true")] if sandbox_validator else []),
+                # DRA nodes run the DRA validator, whose pods carry the operator validator's app label
+                *([env("DRA_VALIDATOR", "true")] if dra_validator else []),
+            ],
             opts=also_after(child, *rbac.resources),
         )
         self.result = self.job.metadata.apply(lambda m: parse_result(m.annotations if m else None))

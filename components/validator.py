@@ -76,6 +76,12 @@ def workload_env(ops: Operands) -> list:
     return extra
 
 
+def dra_ready_files(*, gpudirect: Sequence[str] = ()) -> tuple[str, ...]:
+    """The files a DRA node's validator writes: the node checks, then the DRA validator's `dra-ready` in place of
+    cuda and plugin (no device plugin advertises nvidia.com/gpu there)."""
+    return ("driver-ready", *(f"{component}-ready" for component in gpudirect), "toolkit-ready", "dra-ready")
+
+
 def gpudirect_checks(image: str, components: Sequence[str]) -> list[ContainerArgs]:
     """The checks the operator's driver validation runs for the modules `.driver-ctr-ready` lists, made explicit:
     the validator runs them only for driver DaemonSets a ClusterPolicy owns, and gpu-stack's are owned by no one.
@@ -94,11 +100,10 @@ def gpudirect_checks(image: str, components: Sequence[str]) -> list[ContainerArg
     ]
 
 
-def init_containers(
-    ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool, gpudirect: Sequence[str] = ()
-) -> list[ContainerArgs]:
-    image = ops.images.validator
-    checks = [
+def node_checks(image: str, gpudirect: Sequence[str] = ()) -> list[ContainerArgs]:
+    """driver → GPUDirect modules → toolkit: what every container GPU node must pass, however its GPUs are
+    handed out (the DRA validator runs them too)."""
+    return [
         validator_container(
             "driver-validation",
             image,
@@ -125,6 +130,24 @@ def init_containers(
             security_context=PRIVILEGED_ROOT,
             volume_mounts=[VALIDATIONS_MOUNT],
         ),
+    ]
+
+
+# The host paths `node_checks` mount.
+NODE_CHECK_VOLUMES = (
+    host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
+    host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR),
+    host_path("host-root", "/"),
+    host_path("host-dev-char", "/dev/char"),
+)
+
+
+def init_containers(
+    ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool, gpudirect: Sequence[str] = ()
+) -> list[ContainerArgs]:
+    image = ops.images.validator
+    checks = [
+        *node_checks(image, gpudirect),
         validator_container(
             "cuda-validation",
             image,
@@ -189,12 +212,7 @@ class OperatorValidator(pulumi.ComponentResource):
                 ops, device_plugin=device_plugin, mig_strategy=mig_strategy, plugin_workload=plugin_workload, gpudirect=gpudirect
             ),
             containers=[main],
-            volumes=[
-                host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
-                host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR),
-                host_path("host-root", "/"),
-                host_path("host-dev-char", "/dev/char"),
-            ],
+            volumes=list(NODE_CHECK_VOLUMES),
             opts=also_after(child, *rbac.resources),
         )
         self.register_outputs({"daemonset": NAME})

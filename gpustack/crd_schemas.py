@@ -277,7 +277,32 @@ NODE_FEATURE_RULE = _object(
     required=("apiVersion", "kind", "metadata", "spec"),
 )
 
+# NVIDIA's DRA driver's ComputeDomain (resource.nvidia.com/v1beta1, k8s-dra-driver-gpu chart CRD at v0.4.0): the
+# spec a user writes, which cannot change once created; `numNodes` is deprecated and optional since v0.4.0.
+COMPUTE_DOMAIN = _object(
+    {
+        "apiVersion": {"const": "resource.nvidia.com/v1beta1"},
+        "kind": {"const": "ComputeDomain"},
+        "metadata": _METADATA,
+        "spec": _object(
+            {
+                "numNodes": {"type": "integer", "minimum": 0},
+                "channel": _object(
+                    {
+                        "allocationMode": {"enum": ["All", "Single"]},
+                        "resourceClaimTemplate": _object({"name": {"type": "string", "minLength": 1}}, required=("name",)),
+                    },
+                    required=("resourceClaimTemplate",),
+                ),
+            },
+            required=("channel",),
+        ),
+    },
+    required=("apiVersion", "kind", "metadata", "spec"),
+)
+
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"): COMPUTE_DOMAIN,
     (API_VERSION, "ServiceMonitor"): SERVICE_MONITOR,
     (API_VERSION, "PrometheusRule"): PROMETHEUS_RULE,
     ("kubevirt.io/v1", "KubeVirt"): KUBEVIRT,

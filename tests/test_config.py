@@ -103,7 +103,7 @@ BAD = [
     ),
     ("replicas missing", deleter(P, 1, "sharing", "replicas"), "gpu-stack:nodePools[1].sharing.replicas", "required when"),
     ("replicas", setter(P, 1, "sharing", "replicas", value=1), "gpu-stack:nodePools[1].sharing.replicas", "greater than or equal to 2"),
-    ("kernel is not a pool key", setter(P, 0, "kernel", value="5.15.0-139-generic"), "gpu-stack:nodePools[0].kernel", "allowed keys: driver, gpuModel, name, nodeImage"),
+    ("kernel is not a pool key", setter(P, 0, "kernel", value="5.15.0-139-generic"), "gpu-stack:nodePools[0].kernel", "allowed keys: allocation, driver, gpuModel, name, nodeImage"),
     ("validator switch", setter("gpu-stack:components", "validator", value=False), "gpu-stack:components.validator", "allowed keys"),
     (
         "sharing without plugin",

@@ -353,8 +353,10 @@ def test_a_driver_pod_is_ready_only_once_its_node_validated():
     """So a rolling update counts a node as unavailable until it can run GPU work again."""
     for stack in STACKS:
         gpudirect = ["nvidia-fs-ready", "gdrcopy-ready", "nvidia-peermem-ready"] if stack == "gpudirect-training" else []
-        files = ["driver-ready", *gpudirect, "toolkit-ready", "cuda-ready", "plugin-ready"]
-        for ds in driver_daemonsets(render_stack(stack)).values():
+        for name, ds in driver_daemonsets(render_stack(stack)).items():
+            # DRA pools' drivers are vouched for by the DRA validator (tests/test_dra_stack.py)
+            validated = ["dra-ready"] if name.endswith("-dra") else ["cuda-ready", "plugin-ready"]
+            files = ["driver-ready", *gpudirect, "toolkit-ready", *validated]
             probe = container(ds, "nvidia-driver-ctr")["readinessProbe"]
             assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
     config = stack_config("dev")

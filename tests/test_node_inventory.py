@@ -17,7 +17,7 @@ def test_it_reads_nvml_through_the_nvidia_runtime_unprivileged():
     ds = objects(recording, "DaemonSet")[NAME]
     spec = ds["spec"]["template"]["spec"]
     assert spec["runtimeClassName"] == "nvidia"
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.deploy.operator-validator": "true"}
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.deploy.container-toolkit": "true"}
     assert "initContainers" not in spec
     agent = container(ds, "node-inventory")
     assert agent["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.3.0"

@@ -15,6 +15,7 @@ from gpu_stack_policies import (
     privileged,
     rbac,
     sharing,
+    single_device_allocator,
     single_driver,
     state_order,
     upgrade_safety,
@@ -39,5 +40,6 @@ POLICIES: list[Policy] = [
     driver_support.POLICY,
     precompiled_images.POLICY,
     single_driver.POLICY,
+    single_device_allocator.POLICY,
     upgrade_safety.POLICY,
 ]

@@ -73,6 +73,17 @@ ALLOWANCES: dict[str, Allowance] = {
         },
         {"hostPID"},
     ),
+    "nvidia-dra-driver-kubelet-plugin": _allow(
+        {"driver-validation", "gpus", "compute-domains"},
+        {
+            "/", "/run/nvidia/driver", "/run/nvidia/validations", "/var/run/cdi", "/var/lib/kubelet/plugins",
+            "/var/lib/kubelet/plugins_registry",
+        },
+    ),
+    # the operator validator's node checks, then an unprivileged claim check
+    "nvidia-dra-validator": _allow(
+        {"driver-validation", "toolkit-validation"}, {"/", "/dev/char", "/run/nvidia/driver", "/run/nvidia/validations"}
+    ),
     "nvidia-operator-validator": _allow(
         {"driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation", "nvidia-operator-validator"},
         {"/", "/dev/char", "/run/nvidia/driver", "/run/nvidia/validations"},

@@ -60,6 +60,8 @@ def allowed_components(workload_type: str) -> set[str]:
         allowed.add(consts.MIG_MANAGER_DEPLOY_COMPONENT)
     # the Kata sandbox device plugin stands in for KubeVirt's in kata mode
     allowed |= {consts.KATA_DEPLOY_SUBSTITUTES[c] for c in allowed if c in consts.KATA_DEPLOY_SUBSTITUTES}
+    # and a DRA pool's nodes take the DRA kubelet plugin and validator in place of the device plugin's pair
+    allowed |= {consts.DRA_DEPLOY_SUBSTITUTES[c] for c in allowed if c in consts.DRA_DEPLOY_SUBSTITUTES}
     return allowed
 
 

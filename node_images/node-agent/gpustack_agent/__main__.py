@@ -61,6 +61,8 @@ GATE_HELP = f"""environment:
   SANDBOX_VALIDATOR
                    true: also judge VM nodes (nvidia.com/gpu.deploy.sandbox-validator=true)
                    by their nvidia-sandbox-validator pods in NAMESPACE (default: false)
+  DRA_VALIDATOR    true: also judge DRA nodes (nvidia.com/gpu.deploy.dra-validator=true) by their
+                   DRA validator pods, which carry the operator validator's app label (default: false)
 """
 
 
@@ -158,6 +160,7 @@ class GateSettings:
     pools: tuple[str, ...] = ()
     driver_daemonsets: tuple[str, ...] = ()
     sandbox_validator: bool = False
+    dra_validator: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], own_namespace: Callable[[], str | None]) -> "GateSettings":
@@ -178,6 +181,7 @@ class GateSettings:
             pools=_name_list(env, "POOLS", labels.is_label_value, "label value"),
             driver_daemonsets=_name_list(env, "DRIVER_DAEMONSETS", _is_object_name, "DaemonSet name"),
             sandbox_validator=_bool(env, "SANDBOX_VALIDATOR", False),
+            dra_validator=_bool(env, "DRA_VALIDATOR", False),
         )
 
 
@@ -284,6 +288,7 @@ def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]
         pools=settings.pools,
         driver_daemonsets=settings.driver_daemonsets,
         sandbox_validator=settings.sandbox_validator,
+        dra_validator=settings.dra_validator,
         namespace=settings.namespace,
         job_namespace=settings.job_namespace,
         job_name=settings.job_name,

@@ -32,6 +32,10 @@ VALIDATOR_POD_SELECTOR = "app=nvidia-operator-validator"
 # VM nodes: the sandbox validator's init containers (cc-manager-validation,
 # vfio-pci-validation, vgpu-manager-validation, vgpu-devices-validation) are its stages.
 SANDBOX_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandbox-validator=true"
+# DRA nodes: the DRA validator stands in for the operator validator, and its pods carry the same app label
+# (as NVIDIA's do), so VALIDATOR_POD_SELECTOR finds them; label selectors cannot OR, so these nodes are listed
+# apart and judged with the rest.
+DRA_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.dra-validator=true"
 SANDBOX_VALIDATOR_POD_SELECTOR = "app=nvidia-sandbox-validator"
 RESULT_ANNOTATION = "gpu-stack/validation"
 
@@ -44,10 +48,10 @@ ADVISORY = "advisory"
 MODES = (STRICT, ADVISORY)
 
 
-def node_selector(pools: Sequence[str] = (), *, sandbox: bool = False) -> str:
-    """GPU_NODE_SELECTOR (SANDBOX_NODE_SELECTOR with ``sandbox``), narrowed to the
-    nodes the agent put in ``pools`` when given."""
-    base = SANDBOX_NODE_SELECTOR if sandbox else GPU_NODE_SELECTOR
+def node_selector(pools: Sequence[str] = (), *, sandbox: bool = False, dra: bool = False) -> str:
+    """GPU_NODE_SELECTOR (SANDBOX_NODE_SELECTOR with ``sandbox``, DRA_NODE_SELECTOR
+    with ``dra``), narrowed to the nodes the agent put in ``pools`` when given."""
+    base = SANDBOX_NODE_SELECTOR if sandbox else DRA_NODE_SELECTOR if dra else GPU_NODE_SELECTOR
     if not pools:
         return base
     return f"{base},{POOL_LABEL} in ({','.join(pools)})"

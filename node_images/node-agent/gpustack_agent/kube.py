@@ -288,6 +288,7 @@ def run_gate(
     pools: Sequence[str] = (),
     driver_daemonsets: Sequence[str] = (),
     sandbox_validator: bool = False,
+    dra_validator: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -296,7 +297,8 @@ def run_gate(
 
     ``pools`` restricts the judged nodes to those node pools; ``driver_daemonsets``
     (DaemonSets in ``namespace``, read through ``apps``) must also have finished
-    their rollout before the verdict is ``validated``. With ``sandbox_validator``
+    their rollout before the verdict is ``validated``. With ``dra_validator`` the
+    DRA nodes count as GPU nodes, judged by the DRA validator's pods. With ``sandbox_validator``
     the VM nodes (sandbox-validator deploy label) are judged too, by their
     nvidia-sandbox-validator pods in ``namespace``."""
     deadline = clock() + timeout_seconds
@@ -314,6 +316,10 @@ def run_gate(
                 daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout)
                               for name in driver_daemonsets}
             nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
+            if dra_validator:
+                listed = {n["metadata"]["name"] for n in nodes}
+                nodes += [n for n in list_nodes(core, gate.node_selector(pools, dra=True), request_timeout)
+                          if n["metadata"]["name"] not in listed]
             sandbox_nodes = None
             if sandbox_validator:
                 sandbox_nodes = list_nodes(core, gate.node_selector(pools, sandbox=True), request_timeout)

@@ -686,3 +686,41 @@ def test_gate_with_sandbox_validator_that_never_reached_the_api():
     result = json.loads(out[0])
     assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes", "error"]
     assert result["sandboxNodes"] == 0 and "connection reset" in result["error"]
+
+
+def dra_node(load_fixture: Any) -> dict[str, Any]:
+    """The A100 node as a DRA pool's node: the DRA validator's deploy label in place of the operator validator's."""
+    node = json.loads(json.dumps(load_fixture("node-a100-labelled")))
+    labels = node["metadata"]["labels"]
+    labels.pop("nvidia.com/gpu.deploy.operator-validator", None)
+    labels["nvidia.com/gpu.deploy.dra-validator"] = "true"
+    return node
+
+
+def test_gate_with_dra_validator_judges_dra_nodes_by_their_validator_pods(load_fixture):
+    core = by_selector_api(
+        {gate.GPU_NODE_SELECTOR: [[]], gate.DRA_NODE_SELECTOR: [[dra_node(load_fixture)]]},
+        {gate.VALIDATOR_POD_SELECTOR: [load_fixture("pods-validators")["items"]]},
+    )
+    code, out, _ = run_gate(core, fake_api(), FakeClock(), dra_validator=True)
+    assert code == 0
+    assert out == ['{"status":"validated","gpuNodes":1,"validatedNodes":1,"notValidated":[]}']
+    assert ("nodes", "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.dra-validator=true", 10.0) in selectors_read(core)
+
+
+def test_a_dra_node_without_a_ready_validator_fails_the_strict_gate(load_fixture):
+    core = by_selector_api(
+        {gate.GPU_NODE_SELECTOR: [[]] * 3, gate.DRA_NODE_SELECTOR: [[dra_node(load_fixture)]] * 3},
+        {gate.VALIDATOR_POD_SELECTOR: [[]] * 3},
+    )
+    code, out, _ = run_gate(core, fake_api(), FakeClock(), dra_validator=True)
+    assert code == 1
+    assert json.loads(out[-1])["status"] == "not-validated"
+    assert json.loads(out[-1])["gpuNodes"] == 1
+
+
+def test_without_dra_validator_the_gate_never_lists_dra_nodes(load_fixture):
+    pods = load_fixture("pods-validators")["items"]
+    core, batch = gate_apis([load_fixture("node-a100-labelled")], [pods])
+    run_gate(core, batch, FakeClock())
+    assert all(c.kwargs["label_selector"] != gate.DRA_NODE_SELECTOR for c in core.list_node.call_args_list)
