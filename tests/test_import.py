@@ -1,0 +1,412 @@
+"""`python -m gpustack import`: a ClusterPolicy (plus Helm values, nodes, ConfigMaps) becomes a stack file that
+loads, renders what the operator ran, and reports exactly what it could not carry over."""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional, Sequence
+
+import pytest
+import yaml
+
+import gpustack.__main__ as cli
+from components.config import load_config, stack_file_config
+from gpustack import importer
+from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
+from stacktest import ROOT, container, env_of, objects, render
+
+FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.2.0"
+
+
+def fixture(name: str) -> str:
+    return str(FIXTURES / name)
+
+
+def run_import(
+    policy: str,
+    facts: ClusterFacts,
+    *,
+    helm: Optional[str] = None,
+    nodes: Optional[str] = None,
+    configmaps: Sequence[str] = (),
+) -> ImportResult:
+    return importer.import_cluster_policy(
+        importer.cluster_policy_of(importer.read_yaml(fixture(policy), "--clusterpolicy"), policy),
+        facts,
+        helm_values=importer.read_yaml(fixture(helm), "--helm-values") if helm else None,
+        nodes=importer.nodes_of(importer.read_yaml(fixture(nodes), "--nodes"), nodes) if nodes else None,
+        configmaps=importer.configmaps_of([(c, importer.read_yaml(fixture(c), "--configmap")) for c in configmaps]),
+    )
+
+
+# One import and one render per scenario, shared by the tests that look at it.
+
+
+@functools.lru_cache(maxsize=None)
+def default_install():
+    facts = ClusterFacts("prod-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "A100-80GB"),), os="ubuntu22.04")
+    result = run_import("default-install.yaml", facts)
+    return result, render(result.config)
+
+
+@functools.lru_cache(maxsize=None)
+def host_driver():
+    facts = ClusterFacts("dc2-admin", AGENT, kubernetes_versions=("1.31",), gpu_models=((None, "L40S"),), os="rhel9")
+    result = run_import("host-driver.yaml", facts, configmaps=["configmap-host.yaml"])
+    return result, render(result.config)
+
+
+@functools.lru_cache(maxsize=None)
+def mig_mixed():
+    facts = ClusterFacts("train-admin", AGENT, pool_labels=("platform.internal/gpu-pool",))
+    result = run_import("mig-mixed.yaml", facts, nodes="nodes-mig.yaml", configmaps=["configmaps-mig.yaml"])
+    return result, render(result.config)
+
+
+ROLE = "virt.platform.internal/gpu-role"
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox():
+    facts = ClusterFacts(
+        "virt-admin",
+        AGENT,
+        pool_labels=(ROLE,),
+        gpu_models=(((ROLE, "vm-passthrough"), "A100-80GB"), ((ROLE, "vm-vgpu"), "A10")),
+    )
+    result = run_import("sandbox-kubevirt.yaml", facts, nodes="nodes-sandbox.yaml")
+    return result, render(result.config)
+
+
+@functools.lru_cache(maxsize=None)
+def precompiled():
+    result = run_import("precompiled.yaml", ClusterFacts("dc1-admin", AGENT), nodes="nodes-precompiled.yaml")
+    return result, render(result.config)
+
+
+def paths(result: ImportResult) -> set[str]:
+    return {item.path for item in result.not_carried}
+
+
+def daemonsets(recording) -> dict:
+    return objects(recording, "DaemonSet")
+
+
+def section(result: ImportResult, name: str) -> dict:
+    return result.config[f"gpu-stack:{name}"]
+
+
+def loads(result: ImportResult):
+    return load_config(stack_file_config(result.document()))
+
+
+# --- round trips -----------------------------------------------------------------------------------------------
+
+
+def test_default_install_renders_the_helm_defaults():
+    result, recording = default_install()
+    cfg = loads(result)
+    assert cfg.driver.mode == "managed" and cfg.versions.driver == "595.91.07"
+    ds = daemonsets(recording)
+    assert container(ds["nvidia-device-plugin-daemonset"], "nvidia-device-plugin")["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    plugin_env = env_of(container(ds["nvidia-device-plugin-daemonset"], "nvidia-device-plugin"))
+    assert plugin_env["MIG_STRATEGY"] == "single"
+    assert plugin_env["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
+    assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+    # autoUpgrade with maxParallelUpgrades 1 becomes a rolling driver update of one node at a time.
+    assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    toolkit_env = env_of(container(ds["nvidia-container-toolkit-daemonset"], "nvidia-container-toolkit-ctr"))
+    assert toolkit_env["ROOT"] == "/usr/local/nvidia" and toolkit_env["CDI_ENABLED"] == "true"
+    assert "nvidia-dcgm" not in ds  # Helm's dcgm.enabled=false: the exporter embeds the host engine
+    assert "nvidia-mig-manager" in ds and "nvidia-vfio-manager" not in ds
+    assert objects(recording, "ServiceMonitor")["nvidia-dcgm-exporter"]["spec"]["endpoints"][0]["interval"] == "15s"
+    assert ds["nvidia-device-plugin-daemonset"]["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+
+
+def test_default_install_reports_the_upgrade_semantics_and_the_charts_labels():
+    result, _ = default_install()
+    assert paths(result) == {
+        "spec.driver.upgradePolicy.autoUpgrade",
+        "spec.driver.upgradePolicy.maxParallelUpgrades",
+        "spec.daemonsets.labels.helm.sh/chart",
+        "spec.daemonsets.labels.app.kubernetes.io/managed-by",
+    }
+    versions = section(result, "versions")
+    # Pinned even where equal to the catalog, so a newer gpu-stack release does not upgrade the cluster on import.
+    assert versions["devicePlugin"] == "v0.20.0" and versions["validator"] == "v26.7.0"
+    assert "dcgm" not in versions and "sandboxDevicePlugin" not in versions
+
+
+def test_host_driver_renders_no_driver_and_keeps_mirror_runtime_paths_and_sharing():
+    result, recording = host_driver()
+    cfg = loads(result)
+    assert cfg.driver.mode == "host" and cfg.registry.override == "registry.dc2.corp:5000"
+    ds = daemonsets(recording)
+    assert not [name for name in ds if name.startswith("nvidia-driver-daemonset")]
+    plugin = ds["nvidia-device-plugin-daemonset"]
+    assert container(plugin, "nvidia-device-plugin")["image"] == "registry.dc2.corp:5000/nvidia/k8s-device-plugin:v0.19.3"
+    assert plugin["metadata"]["namespace"] == "nvidia-gpu-operator"
+    pod = plugin["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "gpu-critical"
+    assert {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"} in pod["tolerations"]
+    assert pod["imagePullSecrets"] == [{"name": "dc2-mirror"}]
+    assert plugin["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "20%"
+    toolkit = ds["nvidia-container-toolkit-daemonset"]
+    toolkit_env = env_of(container(toolkit, "nvidia-container-toolkit-ctr"))
+    assert toolkit_env["CONTAINERD_SOCKET"] == "/runtime/sock-dir/containerd.sock"
+    host_paths = {v["hostPath"]["path"] for v in toolkit["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    assert {"/run/k3s/containerd", "/var/lib/rancher/rke2/agent/etc/containerd"} <= host_paths
+    configs = objects(recording, "ConfigMap")["nvidia-device-plugin-configs"]["data"]
+    shared = yaml.safe_load(configs["l40s"])["sharing"]["timeSlicing"]
+    assert shared["renameByDefault"] is True and shared["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
+    validator_env = env_of(container(ds["nvidia-operator-validator"], "plugin-validation"))
+    assert validator_env["WITH_WORKLOAD"] == "true"
+    assert "nvidia-node-status-exporter" in ds and "nvidia-mig-manager" not in ds
+
+
+def test_host_driver_reports_what_gpu_stack_cannot_express():
+    result, _ = host_driver()
+    assert paths(result) == {
+        "spec.nodeStatusExporter",
+        "spec.dcgmExporter.repository",
+        "spec.daemonsets.tolerations[1].tolerationSeconds",
+        "configmap:device-plugin-config/ts-8",
+        "spec.hostPaths.rootFS",
+        "spec.toolkit.env[RUNTIME_CONFIG_SOURCE]",
+        "spec.toolkit.resources.limits.memory",
+        "spec.devicePlugin.env[FAIL_ON_INIT_ERROR]",
+        "spec.dcgmExporter.hostPID",
+    }
+    by_path = {item.path: item for item in result.not_carried}
+    assert "nvidia/k8s/dcgm-exporter" in by_path["spec.dcgmExporter.repository"].reason
+
+
+def test_mig_mixed_carries_layouts_sharing_gpudirect_and_the_driver_managers_drain():
+    result, recording = mig_mixed()
+    cfg = loads(result)
+    pools = {p.name: p for p in cfg.node_pools}
+    assert set(pools) == {"a100-80gb-a100-balanced", "a100-80gb-a100-mig", "h100-80gb"}
+    assert pools["a100-80gb-a100-mig"].node_selector == {"platform.internal/gpu-pool": "a100-mig"}
+    assert (pools["a100-80gb-a100-mig"].sharing.strategy, pools["a100-80gb-a100-mig"].sharing.mig_layout) == ("mig-mixed", "two-3g")
+    assert pools["a100-80gb-a100-balanced"].sharing.mig_layout == "all-balanced"
+    assert cfg.mig_layouts == {"two-3g": {"3g.40gb": 2}}
+    assert cfg.cluster.kubernetes_versions == ["1.32", "1.33"]
+    configs = objects(recording, "ConfigMap")
+    plugin = {k: yaml.safe_load(v) for k, v in configs["nvidia-device-plugin-configs"]["data"].items()}
+    assert plugin["a100-80gb-a100-mig"]["flags"]["migStrategy"] == "mixed"
+    assert plugin["h100-80gb"]["sharing"]["timeSlicing"] == {
+        "renameByDefault": False,
+        "failRequestsGreaterThanOne": True,
+        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+    }
+    parted = yaml.safe_load(configs["gpu-stack-mig-parted-config"]["data"]["config.yaml"])["mig-configs"]
+    assert [entry["mig-devices"] for entry in parted["two-3g"]] == [{"3g.40gb": 2}]
+    assert "DCGM_FI_DEV_POWER_VIOLATION, counter" in configs["nvidia-dcgm-exporter-metrics"]["data"]["dcgm-metrics.csv"]
+    ds = daemonsets(recording)
+    driver = ds["nvidia-driver-daemonset"]
+    assert [c["name"] for c in driver["spec"]["template"]["spec"]["containers"]] == ["nvidia-driver-ctr", "nvidia-peermem-ctr", "nvidia-fs-ctr"]
+    assert container(driver, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580.105.08-ubuntu22.04"
+    assert driver["spec"]["updateStrategy"] == {"type": "OnDelete"}  # autoUpgrade false
+    manager = env_of(container(driver, "k8s-driver-manager"))
+    assert (manager["ENABLE_AUTO_DRAIN"], manager["DRAIN_TIMEOUT_SECONDS"], manager["DRAIN_DELETE_EMPTYDIR_DATA"]) == ("true", "600s", "true")
+    assert env_of(container(ds["nvidia-mig-manager"], "nvidia-mig-manager"))["WITH_REBOOT"] == "true"
+    assert "nvidia-dcgm" in ds
+    monitor = objects(recording, "ServiceMonitor")["nvidia-dcgm-exporter"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["interval"] == "30s"
+
+
+def test_mig_mixed_reports_unused_configs_and_the_metrics_gpu_stack_adds():
+    result, _ = mig_mixed()
+    assert paths(result) == {
+        "configmap:dcgm-custom-metrics/dcgm-metrics.csv",
+        "configmap:device-plugin-config/mps-2",
+        "configmap:custom-mig-parted-config/config.yaml",
+    }
+    unused = next(i for i in result.not_carried if i.path == "configmap:custom-mig-parted-config/config.yaml")
+    assert unused.value == "seven-1g"
+
+
+def test_sandbox_workloads_deploy_the_vm_operands_per_pool_and_turn_auto_upgrade_off():
+    result, recording = sandbox()
+    cfg = loads(result)
+    workloads = {p.name: p.workload_type for p in cfg.node_pools}
+    assert workloads == {"l40s": "container", "a100-80gb-vm": "vm-passthrough", "a10-vgpu": "vm-vgpu"}
+    assert next(p for p in cfg.node_pools if p.name == "a10-vgpu").vgpu_config == "A10-12Q"
+    ds = daemonsets(recording)
+    for name in ("nvidia-vfio-manager", "nvidia-sandbox-device-plugin-daemonset", "nvidia-vgpu-manager-daemonset",
+                 "nvidia-vgpu-device-manager", "nvidia-sandbox-validator"):
+        assert name in ds
+    assert "nvidia-kata-sandbox-device-plugin-daemonset" not in ds and "nvidia-cc-manager" not in ds
+    assert container(ds["nvidia-vgpu-manager-daemonset"], "nvidia-vgpu-manager-ctr")["image"] == (
+        "harbor.platform.internal/gpu-stack/vgpu-manager:580.82.07-ubuntu22.04"
+    )
+    assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    # The operator never patched the KubeVirt CR; the import keeps it that way.
+    assert not any("KubeVirt" in r.type for r in recording.registrations)
+    assert paths(result) == {"spec.driver.upgradePolicy.autoUpgrade"}
+
+
+def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rolling_update():
+    result, recording = precompiled()
+    cfg = loads(result)
+    assert {p.node_image for p in cfg.node_pools} == {"ubuntu22.04-5.15.0-139-generic-amd64", "ubuntu24.04-6.8.0-79-generic-amd64"}
+    assert cfg.driver.branch == "580" and cfg.upgrade.strategy == "rolling" and cfg.upgrade.max_unavailable == 2
+    ds = daemonsets(recording)
+    driver = ds["nvidia-driver-daemonset-5.15.0-139-generic-ubuntu22.04"]
+    assert container(driver, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580-5.15.0-139-generic-ubuntu22.04"
+    assert "nvidia-driver-daemonset-6.8.0-79-generic-ubuntu24.04" in ds
+    manager = env_of(container(driver, "k8s-driver-manager"))
+    assert manager["ENABLE_AUTO_DRAIN"] == "true" and manager["DRAIN_TIMEOUT_SECONDS"] == "900s"
+    assert manager["DRAIN_POD_SELECTOR_LABEL"] == "gpu-stack.io/drain!=never"
+    assert paths(result) == {
+        "spec.driver.upgradePolicy.maxUnavailable",
+        "spec.driver.upgradePolicy.autoUpgrade",
+        "spec.driver.upgradePolicy.maxParallelUpgrades",
+        "spec.driver.upgradePolicy.waitForCompletion.podSelector",
+        "spec.driver.upgradePolicy.podDeletion.timeoutSeconds",
+        "spec.driver.upgradePolicy.podDeletion.deleteEmptyDir",
+        "spec.driver.startupProbe.initialDelaySeconds",
+        "spec.driver.licensingConfig.secretName",
+        "spec.driver.repoConfig.configMapName",
+    }
+
+
+# --- Helm values against CRD defaults (no render) --------------------------------------------------------------
+
+MINIMAL_FACTS = ClusterFacts("lab-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "L4"),), os="ubuntu22.04")
+
+
+def test_fields_absent_from_the_dump_take_the_helm_values_when_given():
+    with_helm = run_import("minimal.yaml", MINIMAL_FACTS, helm="helm-values.yaml")
+    assert section(with_helm, "components")["dcgm"] is False
+    assert section(with_helm, "devicePlugin")["migStrategy"] == "single"
+    assert section(with_helm, "upgrade")["strategy"] == "rolling"
+    assert section(with_helm, "nfd") == {"mode": "existing"}
+    assert section(with_helm, "versions")["toolkit"] == "v1.20.0"
+    loads(with_helm)
+
+
+def test_without_helm_values_the_crd_defaults_apply_and_image_less_sections_are_reported():
+    crd = run_import("minimal.yaml", MINIMAL_FACTS)
+    assert section(crd, "components")["dcgm"] is True
+    assert section(crd, "devicePlugin")["migStrategy"] == "none"
+    assert section(crd, "upgrade")["strategy"] == "manual"
+    assert "gpu-stack:nfd" not in crd.config
+    assert paths(crd) == {f"spec.{s}" for s in ("driver", "driver.manager", "toolkit", "devicePlugin", "gfd", "validator", "dcgm", "dcgmExporter")}
+    loads(crd)
+
+
+@pytest.mark.parametrize(
+    ("product", "memory", "model"),
+    [
+        ("NVIDIA-A100-SXM4-80GB", None, "A100-80GB"),
+        ("NVIDIA-A100-PCIE-40GB", None, "A100-40GB"),
+        ("NVIDIA-A100-SXM4", "40960", "A100-40GB"),
+        ("NVIDIA-H100-80GB-HBM3-SHARED", None, "H100-80GB"),
+        ("NVIDIA-H100-NVL", None, "H100-NVL"),
+        ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", None, "A100-80GB"),
+        ("NVIDIA-A10", None, "A10"),
+        ("NVIDIA-L40S", None, "L40S"),
+        ("Tesla-T4", None, "T4"),
+        ("NVIDIA-GH200-480GB", None, "GH200"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", None, "RTX-PRO-6000"),
+        ("NVIDIA-A100-SXM4", None, None),
+        ("NVIDIA-L40", None, None),
+    ],
+)
+def test_gfd_products_map_to_catalog_models(product, memory, model):
+    assert importer.model_from_product(product, memory) == model
+
+
+def test_pools_that_share_every_selector_label_are_refused_with_a_hint():
+    with pytest.raises(ImportInputError, match="--pool-label"):
+        run_import("mig-mixed.yaml", ClusterFacts("train-admin", AGENT), nodes="nodes-mig.yaml", configmaps=["configmaps-mig.yaml"])
+
+
+def test_a_pool_label_the_node_agent_writes_is_refused():
+    facts = ClusterFacts("train-admin", AGENT, pool_labels=("nvidia.com/mig.config",))
+    with pytest.raises(ImportInputError, match="node agent writes"):
+        run_import("mig-mixed.yaml", facts, nodes="nodes-mig.yaml")
+
+
+# --- the command line ------------------------------------------------------------------------------------------
+
+BASE_ARGS = ["--context", "lab-admin", "--node-agent-image", AGENT, "--kubernetes-version", "1.32", "--gpu-model", "L4", "--os", "ubuntu22.04"]
+
+
+def cli_import(*args: str) -> int:
+    return cli.main(["import", *BASE_ARGS, *args])
+
+
+def test_cli_writes_a_stack_file_that_loads_and_prints_the_report(tmp_path, capsys):
+    out = tmp_path / "Pulumi.lab.yaml"
+    code = cli_import("--clusterpolicy", fixture("host-driver.yaml"), "--configmap", fixture("configmap-host.yaml"),
+                      "--stack", "lab", "--out", str(out))
+    assert code == cli.EXIT_OK
+    printed = capsys.readouterr().out
+    assert "spec.hostPaths.rootFS = /host-root" in printed and "not carried (9)" in printed
+    document = yaml.safe_load(out.read_text())
+    assert load_config(stack_file_config(document)).driver.mode == "host"
+    assert "#   spec.toolkit.env[RUNTIME_CONFIG_SOURCE]" in out.read_text()  # the report travels with the file
+    _, _, cfg = cli.load_stack(str(out))  # and `render`/`check` take it as a stack
+    assert cfg.cluster.namespace == "nvidia-gpu-operator"
+
+
+def test_cli_writes_into_stacks_by_default_and_refuses_to_overwrite_without_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(importer, "PROJECT_DIR", tmp_path)
+    args = ("--clusterpolicy", fixture("minimal.yaml"), "--stack", "lab")
+    assert cli_import(*args) == cli.EXIT_OK
+    written = tmp_path / "stacks" / "Pulumi.lab.yaml"
+    before = written.read_text()
+    written.write_text(before + "# edited by hand\n")
+    capsys.readouterr()
+    assert cli_import(*args) == cli.EXIT_CONFIG
+    assert "--force" in capsys.readouterr().err
+    assert written.read_text().endswith("# edited by hand\n")
+    assert cli_import(*args, "--force") == cli.EXIT_OK
+    assert written.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: gpu-operator}\n", "kind 'Deployment' is not ClusterPolicy"),
+        ("apiVersion: v1\nkind: List\nitems:\n- apiVersion: nvidia.com/v1\n  kind: NVIDIADriver\n", "items[0] is kind 'NVIDIADriver'"),
+        ("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nspec: {driver: [unclosed\n", "not valid YAML"),
+        ("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\nspec:\n  mig: {strategy: foo}\n", "spec.mig.strategy: got 'foo'"),
+        ("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\nspec:\n  driver: {enabled: 'yes'}\n", "spec.driver.enabled: got 'yes'"),
+        ("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\n", "has no `spec` mapping"),
+        # gpu-stack's own validation refuses the value; the message names the ClusterPolicy field it came from.
+        (
+            "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\nspec:\n"
+            "  devicePlugin: {repository: nvcr.io/nvidia, image: k8s-device-plugin, version: latest}\n",
+            "gpu-stack:versions.devicePlugin (from spec.devicePlugin.version)",
+        ),
+    ],
+)
+def test_bad_input_exits_2_names_the_problem_and_writes_nothing(tmp_path, capsys, content, expected):
+    source = tmp_path / "cp.yaml"
+    source.write_text(content)
+    out = tmp_path / "Pulumi.bad.yaml"
+    assert cli_import("--clusterpolicy", str(source), "--stack", "bad", "--out", str(out)) == cli.EXIT_CONFIG
+    assert expected in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_missing_input_file_exits_2(tmp_path, capsys):
+    out = tmp_path / "Pulumi.bad.yaml"
+    code = cli_import("--clusterpolicy", str(tmp_path / "absent.yaml"), "--stack", "bad", "--out", str(out))
+    assert code == cli.EXIT_CONFIG
+    assert "absent.yaml does not exist" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_without_nodes_a_gpu_model_is_required(tmp_path, capsys):
+    out = tmp_path / "Pulumi.bad.yaml"
+    args = ["import", "--context", "x", "--node-agent-image", AGENT, "--kubernetes-version", "1.32", "--os", "ubuntu22.04",
+            "--clusterpolicy", fixture("minimal.yaml"), "--stack", "bad", "--out", str(out)]
+    assert cli.main(args) == cli.EXIT_CONFIG
+    assert "--gpu-model MODEL is required without --nodes" in capsys.readouterr().err
+    assert not out.exists()
