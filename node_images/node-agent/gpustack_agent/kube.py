@@ -164,6 +164,36 @@ def reconcile_node(core: Any, node: Mapping[str, Any], config_data: Any, log: Lo
     return True
 
 
+def _keep_running(
+    one_pass: Callable[[], None],
+    *,
+    node_name: str,
+    resync_seconds: int,
+    log: Log,
+    stop: Callable[[], bool],
+    sleep: Callable[[float], None],
+    rng: Callable[[], float],
+) -> None:
+    """Run ``one_pass`` until ``stop()``, surviving what a node agent must survive: an invalid config (logged,
+    retried after ``resync_seconds``; kubelet rewrites the mounted file in place, so a fix is picked up without a
+    restart) and transient API errors (retried with jittered backoff). Other API errors end the process."""
+    failures = 0
+    while not stop():
+        try:
+            one_pass()
+            failures = 0
+        except labels.ConfigError as exc:
+            log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
+            sleep(resync_seconds)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            if not is_transient(exc):
+                raise
+            failures += 1
+            delay = backoff_delay(failures, rng)
+            log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
+            sleep(delay)
+
+
 def run_label_loop(
     core: Any,
     *,
@@ -180,41 +210,29 @@ def run_label_loop(
 
     Each pass reads the node, reconciles, then watches it for ``resync_seconds``
     reconciling on every change; the watch timing out is the periodic resync that
-    picks up config file changes (they produce no node event).
+    picks up config file changes (they produce no node event). With an invalid config
+    the labels stay as they are: guessing could strip deploy labels from every node.
     """
-    failures = 0
-    while not stop():
+
+    def one_pass() -> None:
+        node = get_node(core, node_name)
+        reconcile_node(core, node, load_config(), log)
+        resource_version = (node.get("metadata") or {}).get("resourceVersion")
+        events = iter(watch_events(core, node_name, resync_seconds, resource_version))
         try:
-            node = get_node(core, node_name)
-            reconcile_node(core, node, load_config(), log)
-            resource_version = (node.get("metadata") or {}).get("resourceVersion")
-            events = iter(watch_events(core, node_name, resync_seconds, resource_version))
-            try:
-                for event in events:
-                    if stop():
-                        return
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        reconcile_node(core, event["object"], load_config(), log)
-            finally:
-                # Release the watch connection now when leaving early (error, stop),
-                # not whenever the generator happens to be collected.
-                close = getattr(events, "close", None)
-                if close is not None:
-                    close()
-            failures = 0
-        except labels.ConfigError as exc:
-            # Labels stay as they are: guessing with a bad config could strip deploy
-            # labels from every node. kubelet rewrites the mounted file in place, so
-            # the next resync picks up the fix without a restart.
-            log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
-            sleep(resync_seconds)
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            if not is_transient(exc):
-                raise
-            failures += 1
-            delay = backoff_delay(failures, rng)
-            log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
-            sleep(delay)
+            for event in events:
+                if stop():
+                    return
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    reconcile_node(core, event["object"], load_config(), log)
+        finally:
+            # Release the watch connection now when leaving early (error, stop),
+            # not whenever the generator happens to be collected.
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+    _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
 
 def run_inventory_loop(
@@ -230,46 +248,36 @@ def run_inventory_loop(
     rng: Callable[[], float] = random.random,
 ) -> None:
     """Every ``resync_seconds`` until ``stop()``: read the GPUs through NVML, compare them with the node's pool,
-    and keep the gpu-stack/inventory and gpu-stack/drift annotations current, logging each change.
+    and keep the gpu-stack/inventory and gpu-stack/drift annotations current, logging each change. With an
+    invalid config the annotations keep their last verdict.
 
     Polled, not watched: the hardware and the MIG state change without a node event, and a drift report a
     minute late is still a report.
     """
-    failures = 0
-    while not stop():
+
+    def one_pass() -> None:
         try:
-            try:
-                found: inventory.Inventory | inventory.NvmlUnavailable = read_inventory()
-            except inventory.NvmlUnavailable as exc:
-                # Normal until the driver is up (a managed driver installs after the node is labelled), so
-                # record it and try again next pass.
-                found = exc
-            node = get_node(core, node_name)
-            metadata = node.get("metadata") or {}
-            wanted, drift = inventory.wanted_annotations(found, metadata.get("labels") or {}, load_config())
-            patch = inventory.annotation_patch(node, wanted)
-            if patch is not None:
-                # No resourceVersion: only this loop writes these two keys, and a compare-and-swap would lose
-                # every race with the label loop's writes to the same node for nothing.
-                patch_node(core, node_name, patch)
-                if isinstance(found, inventory.NvmlUnavailable):
-                    log({"level": "warning", "event": "inventory-unavailable", "node": node_name, "error": str(found)})
-                else:
-                    log({"level": "warning" if drift else "info", "event": "inventory", "node": node_name,
-                         "inventory": found.summary(), "drift": [d.as_json() for d in drift]})
-            failures = 0
-            sleep(resync_seconds)
-        except labels.ConfigError as exc:
-            # Drift is judged against the config; with none readable the annotations keep their last verdict.
-            log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
-            sleep(resync_seconds)
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            if not is_transient(exc):
-                raise
-            failures += 1
-            delay = backoff_delay(failures, rng)
-            log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
-            sleep(delay)
+            found: inventory.Inventory | inventory.NvmlUnavailable = read_inventory()
+        except inventory.NvmlUnavailable as exc:
+            # Normal until the driver is up (a managed driver installs after the node is labelled), so
+            # record it and try again next pass.
+            found = exc
+        node = get_node(core, node_name)
+        metadata = node.get("metadata") or {}
+        wanted, drift = inventory.wanted_annotations(found, metadata.get("labels") or {}, load_config())
+        patch = inventory.annotation_patch(node, wanted)
+        if patch is not None:
+            # No resourceVersion: only this loop writes these two keys, and a compare-and-swap would lose
+            # every race with the label loop's writes to the same node for nothing.
+            patch_node(core, node_name, patch)
+            if isinstance(found, inventory.NvmlUnavailable):
+                log({"level": "warning", "event": "inventory-unavailable", "node": node_name, "error": str(found)})
+            else:
+                log({"level": "warning" if drift else "info", "event": "inventory", "node": node_name,
+                     "inventory": found.summary(), "drift": [d.as_json() for d in drift]})
+        sleep(resync_seconds)
+
+    _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
 
 def run_gate(

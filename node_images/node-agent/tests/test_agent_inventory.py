@@ -2,46 +2,26 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import pynvml
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fakenvml import DISABLE, ENABLE, FakeNvml, a100_40gb, a100_80gb, h100_80gb, l4, t4
+from agenttest import Recorder, fake_api, model, stop_after
 from gpustack_agent import __main__ as cli
 from gpustack_agent import inventory, kube, labels
 
 NODE_NAME = "ip-10-0-12-35.ec2.internal"
 
 
-def model(obj: Any, kind: str) -> Any:
-    return client.ApiClient().deserialize(json.dumps(obj), kind, "application/json")
 
 
-def fake_api() -> mock.MagicMock:
-    api = mock.MagicMock()
-    api.api_client = client.ApiClient()
-    return api
-
-
-def stop_after(calls: int) -> Callable[[], bool]:
-    answers = itertools.chain([False] * calls, itertools.repeat(True))
-    return lambda: next(answers)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture

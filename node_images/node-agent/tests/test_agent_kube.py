@@ -6,46 +6,18 @@ real ApiClient, so the model-to-dict conversion is the one used in the cluster.
 
 from __future__ import annotations
 
-import itertools
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 from unittest import mock
 
 import pytest
 import urllib3
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agenttest import Recorder, fake_api, model, stop_after
 from gpustack_agent import gate, kube, labels
 
 NODE_NAME = "ip-10-0-12-34.ec2.internal"
-
-
-def model(obj: Any, kind: str) -> Any:
-    return client.ApiClient().deserialize(json.dumps(obj), kind, "application/json")
-
-
-def fake_api() -> mock.MagicMock:
-    api = mock.MagicMock()
-    api.api_client = client.ApiClient()
-    return api
-
-
-def stop_after(calls: int) -> Callable[[], bool]:
-    """stop() that says False for the first `calls` checks, then True."""
-    answers = itertools.chain([False] * calls, itertools.repeat(True))
-    return lambda: next(answers)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
-
-    def events(self) -> list[str]:
-        return [r["event"] for r in self.records]
 
 
 @pytest.fixture
