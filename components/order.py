@@ -11,7 +11,9 @@ later driver upgrade waves (the operator's upgrade controller, done as ordered
 DaemonSets behind validation gates) and the stack validation gate (what `kubectl get clusterpolicy` status
 would say). The first wave's drivers stay in `state-driver`; every later wave waits for the wave before it
 to validate, which needs the validator and everything it checks, so the later waves come after all operands.
-One moves: the operator's second state, `state-operator-metrics`, becomes `stack-monitoring` near the end,
+Two come from the operator's other, experimental controller (GPUCluster, fact sheet §1.6): `state-dra-driver`
+and `state-dra-validation`, placed right after the device plugin they replace on DRA pools. One moves: the
+operator's second state, `state-operator-metrics`, becomes `stack-monitoring` near the end,
 because its objects need the Prometheus Operator's CRDs and must not hold up the GPU operands where those
 are missing.
 """
