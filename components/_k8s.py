@@ -24,6 +24,7 @@ from pulumi_kubernetes.core.v1 import (
     LifecycleHandlerArgs,
     LocalObjectReferenceArgs,
     ObjectFieldSelectorArgs,
+    PodResourceClaimArgs,
     PodSpecArgs,
     PodTemplateSpecArgs,
     SecurityContextArgs,
@@ -298,6 +299,7 @@ def operand_daemonset(
     affinity: Optional[k8s.core.v1.AffinityArgs] = None,
     update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
     termination_grace_period_seconds: Optional[int] = None,
+    resource_claims: Sequence[PodResourceClaimArgs] = (),
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     """An operand DaemonSet with the operator's common transforms applied.
@@ -349,6 +351,7 @@ def operand_daemonset(
                     share_process_namespace=share_process_namespace,
                     termination_grace_period_seconds=termination_grace_period_seconds,
                     runtime_class_name=ops.runtime_class if runtime_class else None,
+                    resource_claims=list(resource_claims) or None,
                     image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
                     init_containers=list(init_containers) or None,
                     containers=list(containers),

@@ -93,14 +93,6 @@ def validator_problem(kubernetes_versions: Sequence[str]) -> Optional[str]:
     )
 
 
-def _add_claim(args: pulumi.ResourceTransformationArgs) -> Optional[pulumi.ResourceTransformationResult]:
-    # operand_daemonset has no parameter for pod-level resource claims; this adds the one claim to its pod spec.
-    if args.type_ != "kubernetes:apps/v1:DaemonSet":
-        return None
-    args.props["spec"].template.spec.resource_claims = [PodResourceClaimArgs(name=CLAIM, resource_claim_template_name=CLAIM_TEMPLATE)]
-    return pulumi.ResourceTransformationResult(args.props, args.opts)
-
-
 VALIDATIONS_MOUNT = mount(VALIDATIONS_VOLUME.name, consts.VALIDATIONS_DIR)
 
 
@@ -198,8 +190,7 @@ class DraValidator(pulumi.ComponentResource):
             init_containers=[*node_checks, gpu_validation(ops.images.validator)],
             containers=[main_container(ops.images.validator)],
             volumes=[VALIDATIONS_VOLUME, *(v for v in node_check_volumes if v.name != VALIDATIONS_VOLUME.name)],
-            opts=pulumi.ResourceOptions.merge(
-                also_after(child, *rbac.resources, self.claim_template), pulumi.ResourceOptions(transformations=[_add_claim])
-            ),
+            resource_claims=[PodResourceClaimArgs(name=CLAIM, resource_claim_template_name=CLAIM_TEMPLATE)],
+            opts=also_after(child, *rbac.resources, self.claim_template),
         )
         self.register_outputs({"daemonset": NAME, "readyFile": READY_FILE, "pools": list(pools)})

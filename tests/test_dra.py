@@ -25,7 +25,7 @@ from gpustack.crd_schemas import crd_validator
 from gpustack.mockrun import Recording, run_program
 from gpustack.render import kubernetes_object
 from gpustack.policyrun import run_policies
-from operandtest import SCC, host_paths, mounts, names, pod_spec, rules
+from operandtest import NAMESPACE_FIELD, NODE_NAME, SCC, VALIDATOR_IMAGE, host_paths, mounts, names, pod_spec, rules
 from policytest import edit_pools, edited, messages, registration
 from stacktest import bag, container, env_of, objects, stack_config
 
@@ -33,9 +33,6 @@ from gpu_stack_policies import single_device_allocator as allocator_policy
 
 V1, V1BETA2, V1BETA1 = "resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"
 DRA_IMAGE = "nvcr.io/nvidia/dra-driver-nvidia-gpu:v0.5.0"
-VALIDATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v26.7.0"
-NODE_NAME = {"fieldRef": {"fieldPath": "spec.nodeName"}}
-NAMESPACE_FIELD = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 ALL_MINORS = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 

@@ -16,15 +16,12 @@ from components.config import load_config
 from gpustack import schema
 from gpustack.policyrun import pack_config
 from policytest import violations
-from operandtest import host_paths, mounts, names, pod_spec, rbac, SCC, VALIDATIONS
+from operandtest import NAMESPACE_FIELD, NODE_NAME, VALIDATOR_IMAGE, host_paths, mounts, names, pod_spec, rbac, SCC, VALIDATIONS
 from stacktest import bag, container, env_of, objects, render, render_stack, stack_config
 
-VALIDATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v26.7.0"
 # Helm values.yaml `kataSandboxDevicePlugin` and `ccManager` (v26.7.0 and HEAD)
 KATA_PLUGIN_IMAGE = "nvcr.io/nvidia/cloud-native/nvidia-sandbox-device-plugin:v0.0.5"
 CC_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/k8s-cc-manager:v0.4.3"
-NODE_NAME = {"fieldRef": {"fieldPath": "spec.nodeName"}}
-NAMESPACE_FIELD = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 KATA_PLUGIN = "nvidia-kata-sandbox-device-plugin-daemonset"
 KATA_SA = "nvidia-kata-sandbox-device-plugin"

@@ -12,14 +12,23 @@ from components import consts
 from components.config import load_config
 from gpustack import schema
 from gpustack.mockrun import run_program
-from operandtest import host_paths, mounts, names, pod_spec, rbac, SCC, VALIDATIONS
+from operandtest import (
+    DRIVER_MANAGER_IMAGE,
+    NAMESPACE_FIELD,
+    NODE_NAME,
+    SCC,
+    VALIDATIONS,
+    VALIDATOR_IMAGE,
+    assert_vm_driver_manager,
+    host_paths,
+    mounts,
+    names,
+    pod_spec,
+    rbac,
+)
 from stacktest import bag, container, env_of, objects, render, render_stack, stack_config
 
-VALIDATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v26.7.0"
-DRIVER_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
 KUBEVIRT_PLUGIN_IMAGE = "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.6.0"
-NODE_NAME = {"fieldRef": {"fieldPath": "spec.nodeName"}}
-NAMESPACE_FIELD = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 VM_POOL = {
     "name": "vm-a100",
@@ -180,30 +189,8 @@ def test_vfio_manager_unloads_the_driver_then_binds_every_gpu(daemonsets):
     assert ds["metadata"]["labels"]["app"] == "nvidia-vfio-manager"
     assert spec["serviceAccountName"] == "nvidia-vfio-manager"
     assert names(spec["initContainers"]) == ["k8s-driver-manager"]
-    manager = container(ds, "k8s-driver-manager")
-    assert manager["image"] == DRIVER_MANAGER_IMAGE
-    assert manager["command"] == ["driver-manager"] and manager["args"] == ["uninstall_driver"]
     # the asset's values, not the stack's upgrade policy: VM pools roll no driver
-    assert [e["name"] for e in manager["env"]] == [
-        "NODE_NAME",
-        "NVIDIA_VISIBLE_DEVICES",
-        "ENABLE_GPU_POD_EVICTION",
-        "ENABLE_AUTO_DRAIN",
-        "OPERATOR_NAMESPACE",
-    ]
-    assert env_of(manager) == {
-        "NODE_NAME": NODE_NAME,
-        "NVIDIA_VISIBLE_DEVICES": "void",
-        "ENABLE_GPU_POD_EVICTION": "false",
-        "ENABLE_AUTO_DRAIN": "false",
-        "OPERATOR_NAMESPACE": NAMESPACE_FIELD,
-    }
-    assert manager["securityContext"] == {"privileged": True}
-    assert mounts(manager) == [
-        ("run-nvidia", "/run/nvidia", False, "Bidirectional"),
-        ("host-root", "/host", True, "HostToContainer"),
-        ("host-sys", "/sys", False, None),
-    ]
+    assert_vm_driver_manager(container(ds, "k8s-driver-manager"))
 
 
 def test_vfio_manager_container(daemonsets):

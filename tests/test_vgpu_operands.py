@@ -22,17 +22,24 @@ from gpustack import schema
 from gpustack.mockrun import run_program
 from gpustack.policyrun import pack_config
 from policytest import violations
-from operandtest import host_paths, names, pod_spec, rbac, SCC, VALIDATIONS
+from operandtest import (
+    NAMESPACE_FIELD,
+    NODE_NAME,
+    SCC,
+    VALIDATIONS,
+    VALIDATOR_IMAGE,
+    assert_vm_driver_manager,
+    host_paths,
+    names,
+    pod_spec,
+    rbac,
+)
 from stacktest import bag, container, env_of, objects, stack_config
 
-VALIDATOR_IMAGE = "nvcr.io/nvidia/gpu-operator:v26.7.0"
-DRIVER_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
 # Helm values.yaml `vgpuDeviceManager` (v26.7.0 and HEAD)
 DEVICE_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/vgpu-device-manager:v0.5.0"
 # NVIDIA publishes none: the user builds it, `-<osTag>` included (a registry the kubevirt pack config allows)
 VGPU_MANAGER_IMAGE = "harbor.platform.internal/gpu-stack/vgpu-manager:580.95.02-ubuntu22.04"
-NODE_NAME = {"fieldRef": {"fieldPath": "spec.nodeName"}}
-NAMESPACE_FIELD = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 VGPU_MANAGER = "nvidia-vgpu-manager-daemonset"
 VGPU_MANAGER_SA = "nvidia-vgpu-manager"
@@ -146,29 +153,8 @@ def test_vgpu_manager_pod(daemonsets):
 
 
 def test_vgpu_manager_init_unloads_any_driver_without_evicting(daemonsets):
-    manager = container(daemonsets[VGPU_MANAGER], "k8s-driver-manager")
-    assert manager["image"] == DRIVER_MANAGER_IMAGE and manager["imagePullPolicy"] == "IfNotPresent"
-    assert manager["command"] == ["driver-manager"] and manager["args"] == ["uninstall_driver"]
-    assert [e["name"] for e in manager["env"]] == [
-        "NODE_NAME",
-        "NVIDIA_VISIBLE_DEVICES",
-        "ENABLE_GPU_POD_EVICTION",
-        "ENABLE_AUTO_DRAIN",
-        "OPERATOR_NAMESPACE",
-    ]
-    assert env_of(manager) == {
-        "NODE_NAME": NODE_NAME,
-        "NVIDIA_VISIBLE_DEVICES": "void",
-        "ENABLE_GPU_POD_EVICTION": "false",
-        "ENABLE_AUTO_DRAIN": "false",
-        "OPERATOR_NAMESPACE": NAMESPACE_FIELD,
-    }
-    assert manager["securityContext"] == {"privileged": True}
-    assert mounts(manager) == [
-        ("run-nvidia", "/run/nvidia", False, "Bidirectional", None),
-        ("host-root", "/host", True, "HostToContainer", None),
-        ("host-sys", "/sys", False, None, None),
-    ]
+    # the VFIO manager's init container, from the same builder
+    assert_vm_driver_manager(container(daemonsets[VGPU_MANAGER], "k8s-driver-manager"))
 
 
 def test_vgpu_manager_container_runs_the_user_image(daemonsets):
