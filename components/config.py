@@ -450,11 +450,19 @@ class Vgpu(_Model):
 
 
 def _count_or_percent(value: Union[int, str]) -> Union[int, str]:
+    """An IntOrString budget as the API server takes it: a whole number, or a string only as a percentage. A string
+    of digits ("1") is refused there (ValidatePositiveIntOrPercent), so it is refused here, before anything renders."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    if isinstance(value, str) and (re.fullmatch(r"[1-9]\d*", value) or re.fullmatch(r"([1-9]\d?|100)%", value)):
+    if isinstance(value, str) and re.fullmatch(r"([1-9][0-9]?|100)%", value):
         return value
-    raise ValueError(f"{value!r} is not a positive count or a percentage from 1% to 100% such as '25%'")
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
+        raise ValueError(
+            f"got the string {value!r}: Kubernetes takes a count as a number ({int(value)}, unquoted) and a string only "
+            "as a percentage such as '25%'"
+        )
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise ValueError(f"{shown} is not a positive count or a percentage from 1% to 100% such as '25%'")
 
 
 class Toleration(_Model):
@@ -468,7 +476,7 @@ class DaemonSets(_Model):
     priority_class_name: str = "system-node-critical"
     tolerations: list[Toleration] = [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
     update_strategy: Literal["RollingUpdate", "OnDelete"] = "RollingUpdate"
-    max_unavailable: Union[int, str] = "1"
+    max_unavailable: Union[int, str] = 1
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 

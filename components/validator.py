@@ -64,6 +64,9 @@ CLUSTER_RULES = (
 )
 
 VALIDATIONS_MOUNT = mount("run-nvidia-validations", consts.VALIDATIONS_DIR, propagation="Bidirectional")
+# Bidirectional propagation is for privileged containers only (ValidateVolumeMounts refuses it otherwise). An
+# unprivileged check only writes files there, and files reach the host through the bind mount without it.
+UNPRIVILEGED_VALIDATIONS_MOUNT = mount("run-nvidia-validations", consts.VALIDATIONS_DIR)
 
 
 def workload_env(ops: Operands) -> list:
@@ -94,7 +97,7 @@ def gpudirect_checks(image: str, components: Sequence[str]) -> list[ContainerArg
             with_wait=True,
             # The operator runs these inside the privileged driver check; reading /proc/modules needs no privilege.
             security_context=UNPRIVILEGED_ROOT,
-            mounts=[VALIDATIONS_MOUNT],
+            mounts=[UNPRIVILEGED_VALIDATIONS_MOUNT],
         )
         for component in components
     ]

@@ -852,7 +852,7 @@ class _Importer:
         parallel = s.get("driver.upgradePolicy.maxParallelUpgrades")
         unavailable = str(s.get("driver.upgradePolicy.maxUnavailable"))
         if parallel == 0:
-            value: Any = unavailable
+            value: Any = int_or_percent(unavailable)
         elif unavailable.endswith("%"):
             value = parallel
             if parallel > 1:
@@ -1010,7 +1010,7 @@ class _Importer:
         self.put("daemonsets.updateStrategy", s.get("daemonsets.updateStrategy"), origin="spec.daemonsets.updateStrategy")
         unavailable = s.get("daemonsets.rollingUpdate.maxUnavailable")
         if unavailable not in (None, ""):
-            value = unavailable if isinstance(unavailable, int) else str(unavailable)
+            value = int_or_percent(unavailable)
             self.put("daemonsets.maxUnavailable", value, origin="spec.daemonsets.rollingUpdate.maxUnavailable")
         labels = dict(s.raw("daemonsets.labels") or {})
         for key in list(labels):
@@ -1542,6 +1542,13 @@ class _Importer:
             if _empty(value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
                 continue
             self.report(path, value, _reason(path))
+
+
+def int_or_percent(value: Any) -> Any:
+    """The operator reads ClusterPolicy's string budgets with intstr.Parse, so "1" meant one node; a stack says it
+    as the number, since the API server refuses the string "1" in a DaemonSet."""
+    text = str(value).strip()
+    return int(text) if re.fullmatch(r"[0-9]+", text) else text
 
 
 def truthy(value: str) -> bool:

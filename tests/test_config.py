@@ -81,7 +81,12 @@ BAD = [
     ("registry", setter("gpu-stack:registry", "override", value="https://mirror"), "gpu-stack:registry.override", "host[:port]"),
     ("pull secret", setter("gpu-stack:registry", "pullSecrets", value=["Bad_Name"]), "gpu-stack:registry.pullSecrets", "Secret name"),
     ("strategy", setter("gpu-stack:daemonsets", "updateStrategy", value="Recreate"), "gpu-stack:daemonsets.updateStrategy", "'RollingUpdate', 'OnDelete'"),
-    ("max unavailable", setter("gpu-stack:daemonsets", "maxUnavailable", value="0"), "gpu-stack:daemonsets.maxUnavailable", "positive count"),
+    ("max unavailable", setter("gpu-stack:daemonsets", "maxUnavailable", value="0"), "gpu-stack:daemonsets.maxUnavailable", "a string only as a percentage"),
+    # The API server refuses the string "1" in an IntOrString field: a count is a number.
+    ("max unavailable digit string", setter("gpu-stack:daemonsets", "maxUnavailable", value="1"), "gpu-stack:daemonsets.maxUnavailable", "as a number (1, unquoted)"),
+    ("max unavailable bare zero", setter("gpu-stack:daemonsets", "maxUnavailable", value=0), "gpu-stack:daemonsets.maxUnavailable", "positive count"),
+    ("max unavailable word", setter("gpu-stack:daemonsets", "maxUnavailable", value="one"), "gpu-stack:daemonsets.maxUnavailable", "'25%'"),
+    ("max unavailable over 100%", setter("gpu-stack:daemonsets", "maxUnavailable", value="101%"), "gpu-stack:daemonsets.maxUnavailable", "from 1% to 100%"),
     (
         "toleration effect",
         setter("gpu-stack:daemonsets", "tolerations", value=[{"key": "k", "effect": "Never"}]),
@@ -218,6 +223,7 @@ BAD = [
     ("strategy", setter(U, "strategy", value="blue-green"), "gpu-stack:upgrade.strategy", "'rolling', 'manual'"),
     ("max unavailable zero", setter(U, "maxUnavailable", value=0), "gpu-stack:upgrade.maxUnavailable", "positive count or a percentage"),
     ("max unavailable above 100%", setter(U, "maxUnavailable", value="150%"), "gpu-stack:upgrade.maxUnavailable", "from 1% to 100%"),
+    ("max unavailable digit string", setter(U, "maxUnavailable", value="2"), "gpu-stack:upgrade.maxUnavailable", "as a number (2, unquoted)"),
     ("eviction flag", setter(U, "gpuPodEviction", value="yes"), "gpu-stack:upgrade.gpuPodEviction", "true, false"),
     ("drain timeout", setter(U, "drain", "timeoutSeconds", value=-5), "gpu-stack:upgrade.drain.timeoutSeconds", "greater than or equal to 0"),
     ("drain pod selector", setter(U, "drain", "podSelector", value="app in (a,b"), "gpu-stack:upgrade.drain.podSelector", "not a selector term"),
@@ -331,3 +337,11 @@ def test_durations_follow_prometheus_grammar():
     for bad in ("", "30", "1m1h", "5 m", "1.5h"):
         with pytest.raises(ValueError):
             duration_ms(bad)
+
+
+def test_daemonset_budgets_render_as_the_api_server_takes_them():
+    """A count renders as an integer, a percentage as a string: the two forms of an IntOrString."""
+    default = load_config(bag(BASE))
+    assert default.daemonsets.max_unavailable == 1 and default.upgrade.max_unavailable == 2
+    percent = load_config(bag(mutated(setter("gpu-stack:daemonsets", "maxUnavailable", value="25%"))))
+    assert percent.daemonsets.max_unavailable == "25%"

@@ -133,7 +133,7 @@ def test_each_daemonset_lands_only_on_nodes_the_labeller_marks_for_vm_vgpu(daemo
         assert "runtimeClassName" not in spec, ds_name
         assert ds["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
         assert "openshift.io/scc" not in ds["metadata"]["annotations"]
-        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}}
+        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
 
 
 # --- state-vgpu-manager ---------------------------------------------------------------------------------------
