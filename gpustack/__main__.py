@@ -1,6 +1,7 @@
 """`python -m gpustack render|check --stack NAME|PATH`: the stack without a cluster, for reviewers and CI.
 
-Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation);
+Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation, or a
+rule of the API server's own validation);
 2 the stack configuration or its policy pack config is invalid (message on stderr, nothing written).
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import importer, inventory, render, schema
+from gpustack import apiserver, importer, inventory, render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
@@ -86,26 +87,33 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     cfg, recording, violations = evaluate(args.stack, args.preview, args.policy_config)
     versions = cfg.cluster.kubernetes_versions
+    objects = [obj for _, obj in render.objects_in_order(recording)]
+    # What the API server would refuse that no schema can say; judged once, its rules hold on every version.
+    refused = apiserver.validate_all(objects)
+    refused_objects = {(p.kind, p.namespace, p.name) for p in refused}
     rows, problems = [], []
-    for _, obj in render.objects_in_order(recording):
+    for obj in objects:
         cells = []
         for version in versions:
             found = schema.validate(obj, version)
             problems += found
             cells.append("ok" if not found else "FAIL")
         meta = obj.get("metadata", {})
-        rows.append((obj["kind"], meta.get("namespace", "-"), meta.get("name", "?"), *cells))
-    headers = ("KIND", "NAMESPACE", "NAME", *versions)
+        api_cell = "FAIL" if (obj["kind"], meta.get("namespace"), meta.get("name", "?")) in refused_objects else "ok"
+        rows.append((obj["kind"], meta.get("namespace", "-"), meta.get("name", "?"), *cells, api_cell))
+    headers = ("KIND", "NAMESPACE", "NAME", *versions, "API")
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     for p in problems:
         print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
+    for r in refused:
+        print(f"apiserver {r}")
     _print_violations(violations)
-    failed = bool(problems) or has_mandatory(violations)
+    failed = bool(problems) or bool(refused) or has_mandatory(violations)
     print(
         f"{recording.stack}: {'FAIL' if failed else 'PASS'} - {len(rows)} objects x {len(versions)} Kubernetes version(s), "
-        f"{len(problems)} schema problem(s), {len(violations)} policy violation(s)"
+        f"{len(problems)} schema problem(s), {len(refused)} API-server problem(s), {len(violations)} policy violation(s)"
     )
     return EXIT_VIOLATION if failed else EXIT_OK
 

@@ -11,7 +11,8 @@ import yaml
 
 import gpustack.__main__ as cli
 from components.config import load_config, stack_file_config
-from gpustack import importer
+from gpustack import apiserver, importer
+from gpustack.render import objects_in_order as render_objects_in_order
 from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
 from stacktest import ROOT, container, env_of, objects, render
 
@@ -116,6 +117,10 @@ def test_default_install_renders_the_helm_defaults():
     assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
     # autoUpgrade with maxParallelUpgrades 1 becomes a rolling driver update of one node at a time.
     assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    # ClusterPolicy's daemonsets budget "1" meant one node (the operator parses it with intstr.Parse); a DaemonSet
+    # says so with the number, since the API server refuses the string "1".
+    assert ds["nvidia-device-plugin-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    assert section(result, "daemonsets")["maxUnavailable"] == 1
     toolkit_env = env_of(container(ds["nvidia-container-toolkit-daemonset"], "nvidia-container-toolkit-ctr"))
     assert toolkit_env["ROOT"] == "/usr/local/nvidia" and toolkit_env["CDI_ENABLED"] == "true"
     assert "nvidia-dcgm" not in ds  # Helm's dcgm.enabled=false: the exporter embeds the host engine
@@ -276,6 +281,13 @@ def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rollin
 # --- Helm values against CRD defaults (no render) --------------------------------------------------------------
 
 MINIMAL_FACTS = ClusterFacts("lab-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "L4"),), os="ubuntu22.04")
+
+
+@pytest.mark.parametrize("scenario", [default_install, host_driver, mig_mixed, sandbox, precompiled], ids=lambda f: f.__name__)
+def test_every_imported_stack_renders_objects_the_api_server_accepts(scenario):
+    _, recording = scenario()
+    refused = apiserver.validate_all([obj for _, obj in render_objects_in_order(recording)])
+    assert [str(p) for p in refused] == []
 
 
 def test_fields_absent_from_the_dump_take_the_helm_values_when_given():
