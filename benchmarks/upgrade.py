@@ -54,6 +54,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
+from components import naming  # noqa: E402
 from components.config import stack_file_config  # noqa: E402
 from gpustack.mockrun import Recording, run_program  # noqa: E402
 from gpustack.render import kubernetes_object  # noqa: E402
@@ -65,7 +66,7 @@ BUDGET = 25
 SEED = 7
 WAVES = (("canary", range(0, 1)), ("early", range(1, 6)), ("fleet", range(6, POOLS)))
 DRIVER_PREFIX = "nvidia-driver-daemonset"
-GATE_PREFIX = "gpu-stack-wave-"
+GATE_PREFIX = naming.GATE_PREFIX
 POOL_LABEL = "gpu-stack/pool"
 JOB = "kubernetes:batch/v1:Job"
 
@@ -109,8 +110,17 @@ def fleet(seed: int = SEED) -> list[Node]:
 
 
 def stack_config(max_unavailable: int) -> dict[str, str]:
+    """Each wave's pools pin one driver DaemonSet name, so a wave rolls within one maxUnavailable budget (a
+    DaemonSet per pool would give every pool a budget of its own)."""
+    wave_of = {p: name for name, members in WAVES for p in members}
     pools = [
-        {"name": f"pool-{p:02d}", "nodeSelector": {"bench.gpu-stack/pool": f"p{p:02d}"}, "gpuModel": "H100-80GB", "os": "ubuntu22.04"}
+        {
+            "name": f"pool-{p:02d}",
+            "nodeSelector": {"bench.gpu-stack/pool": f"p{p:02d}"},
+            "gpuModel": "H100-80GB",
+            "os": "ubuntu22.04",
+            "driver": {"daemonSetName": f"nvidia-driver-daemonset-{wave_of[p]}"},
+        }
         for p in range(POOLS)
     ]
     waves = [{"name": name, "pools": [f"pool-{p:02d}" for p in members]} for name, members in WAVES]
@@ -118,7 +128,7 @@ def stack_config(max_unavailable: int) -> dict[str, str]:
         {
             "config": {
                 "gpu-stack:cluster": {"name": "bench", "context": "bench", "kubernetesVersions": ["1.33"]},
-                "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.2.0"},
+                "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.4.0"},
                 "gpu-stack:upgrade": {"maxUnavailable": max_unavailable, "waves": waves},
                 "gpu-stack:nodePools": pools,
             }
@@ -136,7 +146,8 @@ class RenderedDaemonSet:
 
 
 def rendered_rollout(recording: Recording) -> list[RenderedDaemonSet]:
-    """Driver DaemonSets with their pools, budget and wave rank (gate Jobs they wait for), from the render."""
+    """Driver DaemonSets with their pools, budget and wave rank (the chain of gate Jobs they wait for), from the
+    render."""
     by_urn = recording.by_urn()
 
     def waits_for(urn: str) -> set[str]:
@@ -149,6 +160,17 @@ def rendered_rollout(recording: Recording) -> list[RenderedDaemonSet]:
                 todo += by_urn[current].dependencies
         return seen
 
+    def is_gate(urn: str) -> bool:
+        return by_urn[urn].name.startswith(GATE_PREFIX) and by_urn[urn].type == JOB
+
+    depths: dict[str, int] = {}
+
+    def depth(gate: str) -> int:
+        """Gates come one per pool; a wave's rank is how many gates stand in a chain before it."""
+        if gate not in depths:
+            depths[gate] = 1 + max((depth(g) for g in waits_for(gate) if is_gate(g)), default=0)
+        return depths[gate]
+
     rendered = []
     for registration in recording.registrations:
         if not registration.is_kubernetes_object or registration.inputs.get("kind") != "DaemonSet":
@@ -157,17 +179,17 @@ def rendered_rollout(recording: Recording) -> list[RenderedDaemonSet]:
         if not obj["metadata"]["name"].startswith(DRIVER_PREFIX):
             continue
         term = obj["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        (requirement,) = term["nodeSelectorTerms"][0]["matchExpressions"]
-        assert requirement["key"] == POOL_LABEL
+        # the second term names the DaemonSet's pools (the first, the nodes the agent assigned to it)
+        requirement = next(e for e in term["nodeSelectorTerms"][1]["matchExpressions"] if e["key"] == POOL_LABEL)
         driver = next(c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "nvidia-driver-ctr")
         probe = " ".join((driver.get("readinessProbe") or {}).get("exec", {}).get("command", []))
-        gates = {u for u in waits_for(registration.urn) if by_urn[u].name.startswith(GATE_PREFIX) and by_urn[u].type == JOB}
+        gates = {u for u in waits_for(registration.urn) if is_gate(u)}
         rendered.append(
             RenderedDaemonSet(
                 obj["metadata"]["name"],
                 frozenset(requirement["values"]),
                 obj["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
-                len(gates),
+                max((depth(g) for g in gates), default=0),
                 "/run/nvidia/validations/" in probe,
             )
         )

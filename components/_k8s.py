@@ -5,6 +5,7 @@ transforms (`preProcessDaemonSet`, fact sheet §1.4), so a component module read
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -287,6 +288,7 @@ def operand_daemonset(
     volumes: Sequence[VolumeArgs],
     init_containers: Sequence[ContainerArgs] = (),
     labels: Optional[dict[str, str]] = None,
+    annotations: Optional[dict[str, str]] = None,
     selector_labels: Optional[dict[str, str]] = None,
     template_annotations: Optional[dict[str, str]] = None,
     extra_node_selector: Optional[dict[str, str]] = None,
@@ -327,7 +329,7 @@ def operand_daemonset(
             name,
             ops.namespace,
             {**ds.labels, **selector, **(labels or {}), **ops.extra_labels},
-            {consts.SKIP_AWAIT: "true", **ds.annotations},
+            {consts.SKIP_AWAIT: "true", **ds.annotations, **(annotations or {})},
         ),
         spec=DaemonSetSpecArgs(
             selector=LabelSelectorArgs(match_labels=selector),
@@ -361,6 +363,31 @@ def operand_daemonset(
         ),
         opts=opts,
     )
+
+
+def kept(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
+    """For what running pods stand on (the namespace, CRDs, RuntimeClasses, DeviceClasses): an edit that would
+    delete or replace it fails `pulumi up` instead (protect, which the policy pack can see and enforce), and should
+    someone unprotect it, a removal leaves it in the cluster (retain_on_delete)."""
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True, retain_on_delete=True))
+
+
+class Later:
+    """A resource the program creates further on, which an earlier resource must wait for: `depends_on` takes
+    an Output, and `output` resolves once `resolve` hands over the resource. Every Later must be resolved, or the
+    resources waiting on it never register."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._future: asyncio.Future = asyncio.get_event_loop().create_future()
+        self.output: pulumi.Output = pulumi.Output.from_input(self._future)
+
+    def resolve(self, resource: pulumi.Resource) -> None:
+        self._future.set_result(resource)
+
+    @property
+    def resolved(self) -> bool:
+        return self._future.done()
 
 
 def child_opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:

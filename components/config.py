@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 from pulumi.errors import RunError
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
-from components import catalog, dcgm_metrics, mig_catalog, vgpu_catalog
+from components import catalog, dcgm_metrics, mig_catalog, naming, vgpu_catalog
 from node_images import catalog as node_image_catalog
 
 NAMESPACE = "gpu-stack"
@@ -218,9 +218,21 @@ class PoolDriver(_Model):
     version: Optional[str] = None
     branch: Optional[str] = None
     kernel_module_type: Optional[Literal["auto", "open", "proprietary"]] = None
+    # The driver DaemonSet's name when it is not `nvidia-driver-daemonset-<pool>`: the name it already runs under
+    # (after a pool rename, or from a stack deployed before names were stable), so that `pulumi up` updates it in
+    # place. Pools that name the same DaemonSet share it.
+    daemon_set_name: Optional[str] = None
 
     _version = field_validator("version")(_full_driver_version)
     _branch = field_validator("branch")(_driver_branch)
+
+    @field_validator("daemon_set_name")
+    @classmethod
+    def _daemonset_name(cls, value: Optional[str]) -> Optional[str]:
+        # The name is also the pods' `app` label value: a DNS subdomain of at most 63 characters.
+        if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 63):
+            raise ValueError(f"{value!r} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)")
+        return value
 
 
 def _absolute_path(value: Optional[str]) -> Optional[str]:
@@ -627,6 +639,9 @@ class NodePool(_Model):
     # Container pools: who hands out the GPUs, the device plugin (nvidia.com/gpu) or NVIDIA's DRA driver
     # (ResourceClaims).
     allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    # How many nodes the pool has: the validation gates fail while fewer are validated, and a wave's timeout is
+    # checked against how long its nodes take to roll at the upgrade's maxUnavailable.
+    expected_nodes: Optional[int] = Field(default=None, ge=0, le=100_000)
 
     @field_validator("name")
     @classmethod
@@ -692,8 +707,8 @@ class PoolDriverPlan:
     kernel_module_type: str
     os_tag: str
     node_image: Optional[node_image_catalog.NodeImage]
-    # True when the pool sets a driver key of its own: it then gets driver DaemonSets of its own.
-    own: bool
+    # The driver DaemonSet that serves the pool (components/naming.py).
+    daemonset: str
 
     @property
     def kernel(self) -> Optional[str]:
@@ -822,7 +837,7 @@ class StackConfig(_Model):
             kernel_module_type=module_type,
             os_tag=pool.os_tag,
             node_image=pool.image,
-            own=bool(own.model_fields_set),
+            daemonset=naming.driver_daemonset(pool.name, own.daemon_set_name, per_pool=self.components.node_labeler),
         )
 
     @property
@@ -1161,7 +1176,11 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
             problems.append((f"{here}.driver", f"{pool.workload_type} pools take no container driver; remove this block"))
         return problems
     plan = cfg.pool_driver(pool)
-    takes = {"managed": {"mode", "version", "kernelModuleType"}, "precompiled": {"mode", "branch", "kernelModuleType"}, "host": {"mode"}}[plan.mode]
+    takes = {
+        "managed": {"mode", "version", "kernelModuleType", "daemonSetName"},
+        "precompiled": {"mode", "branch", "kernelModuleType", "daemonSetName"},
+        "host": {"mode"},
+    }[plan.mode]
     for key in sorted(_set_aliases(own) - takes):
         problems.append((f"{here}.driver.{key}", f"not used by driver mode {plan.mode!r}; it takes: {', '.join(sorted(takes))}"))
     if plan.mode == "host":
@@ -1238,7 +1257,7 @@ def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     here = f"{NAMESPACE}:upgrade"
     problems: list[tuple[str, str]] = []
     if not upgrade.waves:
-        return problems
+        return _gate_timeout_checks(cfg)
     if upgrade.strategy != "rolling":
         problems.append((f"{here}.waves", "waves gate a rolling update; with strategy 'manual' nothing rolls: use 'rolling'"))
     if not cfg.components.node_labeler:
@@ -1266,6 +1285,122 @@ def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     missing = [name for name in driver_pools if name not in wave_of]
     if missing:
         problems.append((f"{here}.waves", f"pools in no wave: {', '.join(missing)}; every pool with a deployed driver needs one"))
+    wave_of_daemonset: dict[str, tuple[str, str]] = {}
+    for pool in cfg.driver_pools:
+        daemonset, wave = cfg.pool_driver(pool).daemonset, wave_of.get(pool.name)
+        if wave is None:
+            continue
+        seen = wave_of_daemonset.setdefault(daemonset, (wave, pool.name))
+        if seen[0] != wave:
+            problems.append(
+                (
+                    f"{here}.waves",
+                    f"pools {seen[1]!r} (wave {seen[0]!r}) and {pool.name!r} (wave {wave!r}) share driver DaemonSet "
+                    f"{daemonset!r}, which rolls in one wave: put them in the same wave",
+                )
+            )
+    if not problems:
+        problems += _gate_timeout_checks(cfg)
+    return problems
+
+
+def _driver_flavour(cfg: StackConfig, pool: NodePool) -> tuple:
+    """What one driver DaemonSet can serve: one image and module type per OS and kernel, one readiness rule."""
+    plan = cfg.pool_driver(pool)
+    version = plan.branch if plan.mode == "precompiled" else plan.version
+    return plan.mode, version, plan.kernel_module_type, plan.os_tag, plan.kernel, pool.allocation
+
+
+def _driver_daemonset_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """Pools that name one driver DaemonSet must be able to share it; without the node labeller one serves all."""
+    problems: list[tuple[str, str]] = []
+    index = {p.name: i for i, p in enumerate(cfg.node_pools)}
+    by_daemonset: dict[str, list[NodePool]] = {}
+    for pool in cfg.driver_pools:
+        by_daemonset.setdefault(cfg.pool_driver(pool).daemonset, []).append(pool)
+    if len(by_daemonset) > 1 and not cfg.components.node_labeler:
+        problems.append(
+            (
+                f"{NAMESPACE}:components.nodeLabeler",
+                f"the driver pools need {len(by_daemonset)} driver DaemonSets ({', '.join(sorted(by_daemonset))}), each "
+                "selecting its nodes by the gpu-stack/pool label the node labeller writes: set it to true",
+            )
+        )
+    for name, pools in by_daemonset.items():
+        first = pools[0]
+        for other in pools[1:]:
+            if _driver_flavour(cfg, other) != _driver_flavour(cfg, first):
+                problems.append(
+                    (
+                        f"{NAMESPACE}:nodePools[{index[other.name]}].driver.daemonSetName",
+                        f"pools {first.name!r} and {other.name!r} share driver DaemonSet {name!r} but run different drivers "
+                        "(mode, version, module type, OS, kernel or allocation): one DaemonSet runs one image; give one "
+                        "of them a daemonSetName of its own",
+                    )
+                )
+    return problems
+
+
+# The least time one node's driver swap takes before its gate can count it, the driver build itself not counted:
+# k8s-driver-manager waits for the operands to stop and unloads the modules (§5.3), the driver container's startup
+# probe starts after its initial delay (60 s managed, 5 s precompiled, GO:internal/state/driver.go), then the
+# validator's driver, toolkit, cuda and plugin checks run (§3.2).
+MIN_NODE_SWAP_SECONDS = {"managed": 30 + 10 + 60 + 60, "precompiled": 30 + 10 + 5 + 60}
+
+
+def _budget_nodes(max_unavailable: Union[int, str], nodes: int) -> int:
+    if isinstance(max_unavailable, int):
+        return max_unavailable
+    return max(1, -(-nodes * int(max_unavailable[:-1]) // 100))
+
+
+def rollout_floor_seconds(cfg: StackConfig, pools: list[NodePool]) -> Optional[tuple[int, str]]:
+    """The least time the driver DaemonSets of `pools` take to roll over their declared nodes at the upgrade's
+    maxUnavailable (each DaemonSet rolls its own pools, all of them at once), and the slowest pool; None when no
+    pool declares expectedNodes."""
+    slowest: Optional[tuple[int, str]] = None
+    for pool in pools:
+        if pool.expected_nodes is None or cfg.upgrade.strategy != "rolling":
+            continue
+        plan = cfg.pool_driver(pool)
+        if plan.mode == "host":
+            continue
+        batches = -(-pool.expected_nodes // _budget_nodes(cfg.upgrade.max_unavailable, pool.expected_nodes))
+        seconds = batches * MIN_NODE_SWAP_SECONDS[plan.mode]
+        if slowest is None or seconds > slowest[0]:
+            slowest = (seconds, pool.name)
+    return slowest
+
+
+def _gate_timeout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """A gate whose timeout is shorter than its wave's rollout can only fail, halfway through the rollout."""
+    problems: list[tuple[str, str]] = []
+    pools = {p.name: p for p in cfg.node_pools}
+    waves = cfg.upgrade.waves
+    budget = cfg.upgrade.max_unavailable
+    for i, wave in enumerate(waves[:-1]):
+        floor = rollout_floor_seconds(cfg, [pools[n] for n in wave.pools if n in pools])
+        if floor is not None and wave.timeout_seconds < floor[0]:
+            problems.append(
+                (
+                    f"{NAMESPACE}:upgrade.waves[{i}].timeoutSeconds",
+                    f"got {wave.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected nodes, "
+                    f"maxUnavailable {budget}) needs at least {floor[0]} s to roll and validate: raise the timeout or "
+                    "maxUnavailable",
+                )
+            )
+    # The stack gate judges the last wave (every pool, without waves) as it rolls.
+    last = [pools[n] for n in waves[-1].pools if n in pools] if waves else cfg.driver_pools
+    floor = rollout_floor_seconds(cfg, last)
+    if cfg.validation.mode != "off" and floor is not None and cfg.validation.timeout_seconds < floor[0]:
+        problems.append(
+            (
+                f"{NAMESPACE}:validation.timeoutSeconds",
+                f"got {cfg.validation.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected "
+                f"nodes, maxUnavailable {budget}) rolls last and needs at least {floor[0]} s to roll and validate: "
+                "raise the timeout or maxUnavailable",
+            )
+        )
     return problems
 
 
@@ -1306,23 +1441,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                 "components.nodeLabeler: true, or nodeInventory: false",
             )
         )
-    own_driver = [p.name for p in cfg.driver_pools if cfg.pool_driver(p).own]
-    if own_driver and not cfg.components.node_labeler:
-        problems.append(
-            (
-                f"{NAMESPACE}:components.nodeLabeler",
-                f"pools with a driver of their own ({', '.join(own_driver)}) get their own driver DaemonSet, selected by "
-                "the gpu-stack/pool label the node labeller writes: set it to true",
-            )
-        )
-    elif len({cfg.pool_driver(p).os_tag for p in cfg.driver_pools}) > 1 and not cfg.components.node_labeler:
-        problems.append(
-            (
-                f"{NAMESPACE}:components.nodeLabeler",
-                "pools with different OS images need one driver DaemonSet each, selected by the gpu-stack/pool label "
-                "the node labeller writes: set it to true",
-            )
-        )
+    problems += _driver_daemonset_checks(cfg)
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
         problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
     needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"

@@ -16,6 +16,10 @@ MIG_CONFIG = "nvidia.com/mig.config"
 VGPU_CONFIG = "nvidia.com/vgpu.config"
 # Written by gpu-stack's node agent: the pool a node matched (node_images/node-agent).
 POOL_LABEL = "gpu-stack/pool"
+# The driver DaemonSet a node belongs to, written by the node agent from its pool: a driver DaemonSet selects
+# nodes by it, so a pool rename never changes which DaemonSet runs a node's driver, and moving a node to another
+# DaemonSet is a label change the agent makes at the upgrade's pace.
+DRIVER_DAEMONSET_LABEL = "gpu-stack/driver"
 
 # NFD labels that mark a node as carrying an NVIDIA GPU (GO:controllers/state_manager.go).
 NFD_GPU_LABELS = (
@@ -112,6 +116,8 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 # Annotations understood by pulumi-kubernetes (pulumi.md §3.2).
 SKIP_AWAIT = "pulumi.com/skipAwait"
 TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
+# How pulumi-kubernetes deletes an object (foreground by default); `orphan` leaves its pods running.
+DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
 
 # Label put on every object the stack renders, so `kubectl get -l` finds them.
 PART_OF = "app.kubernetes.io/part-of"

@@ -113,6 +113,7 @@ from components._k8s import (
     env,
     env_from_field,
     host_path,
+    kept,
     meta,
     mount,
     operand_daemonset,
@@ -739,8 +740,9 @@ class DraDriver(pulumi.ComponentResource):
         cd_rbac: list[pulumi.Resource] = []
         if compute_domains:
             self.crds = [
-                _crd("ComputeDomain", "computedomains", COMPUTE_DOMAIN_SCHEMA, status=True, opts=child),
-                _crd("ComputeDomainClique", "computedomaincliques", COMPUTE_DOMAIN_CLIQUE_SCHEMA, status=False, opts=child),
+                # deleting a CRD deletes every ComputeDomain a workload created
+                _crd("ComputeDomain", "computedomains", COMPUTE_DOMAIN_SCHEMA, status=True, opts=kept(child)),
+                _crd("ComputeDomainClique", "computedomaincliques", COMPUTE_DOMAIN_CLIQUE_SCHEMA, status=False, opts=kept(child)),
             ]
             cd_rbac = rbac_set(
                 CD_DAEMON_SA,
@@ -764,7 +766,8 @@ class DraDriver(pulumi.ComponentResource):
                 class_name,
                 metadata=meta(class_name, labels={NAME_LABEL: APP_NAME}),
                 spec=resource.DeviceClassSpecArgs(selectors=[resource.DeviceSelectorArgs(cel=resource.CELDeviceSelectorArgs(expression=cel))]),
-                opts=child,
+                # workloads' ResourceClaims name these classes
+                opts=kept(child),
             )
             for class_name, cel in device_classes(compute_domains).items()
         ]

@@ -3,18 +3,18 @@
 Objects as in GO:assets/state-driver: SA/Role/RoleBinding/ClusterRole/ClusterRoleBinding `nvidia-driver`,
 ConfigMap `nvidia-driver-startup-probe`, and driver DaemonSets with the `k8s-driver-manager` init container.
 
-Which DaemonSets (`plan_targets`): pools that share a driver (mode, image, kernel module type) and an upgrade
-wave share one DaemonSet, named as the operator names them:
-- `nvidia-driver-daemonset` for the managed driver of a single-OS stack (ClusterPolicy's name);
-- `nvidia-driver-daemonset-<osTag>` when managed pools boot different OS images (one image per OS tag);
-- `nvidia-driver-daemonset-<sanitizedKernel>-<osTag>` for precompiled drivers, one per kernel (fact sheet §4.3);
-with the wave name (when the stack declares waves) and the pool name (when a pool sets driver keys of its own)
-inserted after `nvidia-driver-daemonset`. A name longer than a label value allows is cut and suffixed with a
-hash, as the operator does. Each DaemonSet names the pools it serves (`gpu-stack/pool In [...]`), so no node is
-selected by two of them; host-driver pools have no `driver` deploy label and get none.
+Which DaemonSets (`plan_targets`): one per pool with a deployed driver, `nvidia-driver-daemonset-<pool>`, or the
+name the pool pins with `driver.daemonSetName` (pools that pin one name share that DaemonSet); without the node
+labeller the stack's one driver DaemonSet keeps the operator's name `nvidia-driver-daemonset` (components/naming.py).
+Each selects its pools' nodes (`gpu-stack/pool In [...]`), so no node is selected by two of them; precompiled
+DaemonSets also select the pool's kernel. Host-driver pools have no `driver` deploy label and get none. Every
+driver DaemonSet is a child of `state-driver`, whichever upgrade wave its pools are in: waves only decide what it
+waits for, so moving a pool between waves, renaming or reordering waves never changes a DaemonSet's identity.
 
-A renamed DaemonSet replaces its pods on every node at once, but DRIVER_CONFIG_DIGEST is the same when the image
-is, so k8s-driver-manager then keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
+A driver DaemonSet is deleted with orphan propagation: when a pool is renamed or removed its driver pods stay
+(drivers loaded, GPU work running) and the node agent hands each node over to its new DaemonSet, or retires it,
+at the upgrade's pace. Because DRIVER_CONFIG_DIGEST is the same when the image is, the new pod's
+k8s-driver-manager keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
 
 Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
 k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver; `manual` renders
@@ -54,7 +54,7 @@ from pulumi_kubernetes.core.v1 import (
 from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
-from components import consts
+from components import consts, naming
 from components._k8s import (
     NODE_NAME_ENV,
     OPERATOR_NAMESPACE_ENV,
@@ -73,14 +73,13 @@ from components._k8s import (
     rbac_set,
     rule,
 )
-from components.config import StackConfig, Upgrade, Wave
+from components.config import NodePool, StackConfig, Upgrade
 from node_images import catalog as node_image_catalog
 
 NAME = "nvidia-driver"
 DAEMONSET = "nvidia-driver-daemonset"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 PRECOMPILED_LABEL = "nvidia.com/precompiled"
-WAVE_LABEL = "gpu-stack/upgrade-wave"
 STARTUP_PROBE_CONFIGMAP = "nvidia-driver-startup-probe"
 STARTUP_PROBE_SCRIPT = "startup-probe.sh"
 DRIVER_READY_FILE = ".driver-ctr-ready"
@@ -188,17 +187,18 @@ class ValidatedFiles:
 
 @dataclass(frozen=True)
 class DriverTarget:
-    """One driver DaemonSet and the pools it serves (empty: every node with the driver deploy label)."""
+    """One driver DaemonSet and the pools it serves (`selects_pools` false: every node with the driver deploy label,
+    in a stack without the node labeller)."""
 
     daemonset: str
     image: str
     os_tag: str
     kernel_module_type: str
-    pools: tuple[str, ...] = ()
-    wave: Optional[str] = None
+    pools: tuple[str, ...]
     kernel: Optional[str] = None  # precompiled only
     sidecars: Sidecars = Sidecars()
     dra: bool = False  # its pools allocate by DRA
+    selects_pools: bool = True
 
     def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
         return files.dra if self.dra else files.device_plugin
@@ -219,48 +219,36 @@ def managed_image(repository: str, version: str, os_tag: str) -> str:
     return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
 
 
-# A label value (the DaemonSet's `app` label) holds at most 63 characters.
-MAX_NAME = 63
-
-
-def daemonset_name(*parts: str) -> str:
-    name = "-".join((DAEMONSET, *parts))
-    if len(name) <= MAX_NAME:
-        return name
-    suffix = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: MAX_NAME - len(suffix) - 1].rstrip('-.')}-{suffix}"
-
-
 def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
-    """The driver DaemonSets of a stack, in pool order (see the module docstring for names and selectors)."""
-    wave_of = {pool: wave.name for wave in cfg.upgrade.waves for pool in wave.pools}
-    plans = {pool.name: cfg.pool_driver(pool) for pool in cfg.driver_pools}
-    dra = {pool.name for pool in cfg.dra_pools}
-    mixed_os = len({plan.os_tag for plan in plans.values() if plan.mode == "managed"}) > 1
-    groups: dict[tuple, list[str]] = {}
-    for pool, plan in plans.items():
+    """The driver DaemonSets of a stack, in pool order: one per DaemonSet name (see the module docstring).
+    load_config guarantees that pools sharing a name share their driver."""
+    pools_of: dict[str, list[str]] = {}
+    first: dict[str, NodePool] = {}
+    for pool in cfg.driver_pools:
+        name = cfg.pool_driver(pool).daemonset
+        pools_of.setdefault(name, []).append(pool.name)
+        first.setdefault(name, pool)
+    targets = []
+    for name, pool in first.items():
+        plan = cfg.pool_driver(pool)
         if plan.mode == "precompiled":
             assert plan.node_image is not None  # load_config guarantees it
             image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
         else:
             image = managed_image(repository, plan.version, plan.os_tag)
-        key = (wave_of.get(pool), pool if plan.own else None, image, plan.kernel_module_type, plan.os_tag, plan.kernel, pool in dra)
-        groups.setdefault(key, []).append(pool)
-    restrict = cfg.components.node_labeler
-    targets: list[DriverTarget] = []
-    for key, pools in groups.items():
-        wave, own_pool, image, module_type, os_tag, kernel, by_dra = key
-        # DRA pools get DaemonSets of their own: their pods are ready on other validation files.
-        parts = [p for p in (wave, own_pool, "dra" if by_dra and not own_pool else None) if p]
-        if kernel is not None:
-            parts += [sanitize_kernel(kernel), os_tag]
-        elif mixed_os:
-            parts.append(os_tag)
-        name = daemonset_name(*parts)
-        if any(t.daemonset == name for t in targets):
-            # e.g. wave `a-b` next to pool `b` with its own driver in wave `a`
-            name = daemonset_name(*parts, hashlib.sha256(repr(key).encode()).hexdigest()[:6])
-        targets.append(DriverTarget(name, image, os_tag, module_type, tuple(pools) if restrict else (), wave, kernel, sidecars, by_dra))
+        targets.append(
+            DriverTarget(
+                name,
+                image,
+                plan.os_tag,
+                plan.kernel_module_type,
+                tuple(pools_of[name]),
+                plan.kernel,
+                sidecars,
+                pool.allocation == "dra",
+                selects_pools=cfg.components.node_labeler,
+            )
+        )
     return targets
 
 
@@ -450,8 +438,6 @@ def driver_daemonset(
         ),
     )
     labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled)}
-    if target.wave:
-        labels[WAVE_LABEL] = target.wave
     # Two driver pods on one node would unload each other's modules.
     one_per_node = PodAntiAffinityArgs(
         required_during_scheduling_ignored_during_execution=[
@@ -464,13 +450,25 @@ def driver_daemonset(
         ]
     )
     in_pools = None
-    if target.pools:
+    if target.selects_pools:
+        # Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that
+        # writes gpu-stack/driver) those of its pools. Terms are ORed, so a node never drops out of the selection
+        # while its labels catch up, and moving it to another DaemonSet is one label the agent changes at the
+        # upgrade's pace.
         in_pools = NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
                 node_selector_terms=[
                     NodeSelectorTermArgs(
-                        match_expressions=[NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools))]
-                    )
+                        match_expressions=[
+                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="In", values=[target.daemonset])
+                        ]
+                    ),
+                    NodeSelectorTermArgs(
+                        match_expressions=[
+                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="DoesNotExist"),
+                            NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools)),
+                        ]
+                    ),
                 ]
             )
         )
@@ -480,6 +478,9 @@ def driver_daemonset(
         deploy_component="driver",
         service_account=NAME,
         labels=labels,
+        # Removing a driver DaemonSet must not pull every node's driver at once: its pods stay, and the node agent
+        # hands each node to its new DaemonSet (or retires it) at the upgrade's pace.
+        annotations={consts.DELETION_PROPAGATION: "orphan"},
         template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
         extra_node_selector={consts.NFD_KERNEL_FULL: target.kernel} if target.kernel else None,
         host_pid=True,
@@ -503,18 +504,14 @@ def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
     return host_path(volume.name, "/usr/src", "DirectoryOrCreate") if volume.name == "mlnx-ofed-usr-src" else volume
 
 
-def first_wave(targets: Sequence[DriverTarget], waves: Sequence[Wave]) -> list[DriverTarget]:
-    """The DaemonSets `state-driver` creates: all of them, or the first wave's when the stack declares waves."""
-    return [t for t in targets if not waves or t.wave == waves[0].name]
-
-
 class Driver(pulumi.ComponentResource):
-    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and the DaemonSets of the first wave.
+    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and every driver DaemonSet.
 
-    Later waves are `driver-waves` (components/driver_waves.py), after the validator, because each waits for
-    the wave before it to validate."""
+    A DaemonSet of a later upgrade wave also waits for the gates of the wave before it (`waits_for`, resources the
+    `driver-waves` state creates further on). `ordering` is what the next state waits for: everything but those."""
 
-    daemonsets: list[k8s.apps.v1.DaemonSet]
+    daemonsets: dict[str, k8s.apps.v1.DaemonSet]
+    ordering: list[pulumi.Resource]
 
     def __init__(
         self,
@@ -524,6 +521,7 @@ class Driver(pulumi.ComponentResource):
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
         validated_files: ValidatedFiles,
+        waits_for: Optional[dict[str, Sequence[pulumi.Input[pulumi.Resource]]]] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -537,5 +535,16 @@ class Driver(pulumi.ComponentResource):
             opts=child,
         )
         ds_opts = also_after(child, *rbac.resources, probe)
-        self.daemonsets = [driver_daemonset(ops, t, upgrade, validated_files, ds_opts) for t in targets]
+        waits_for = waits_for or {}
+        self.daemonsets = {}
+        self.ordering = [*rbac.resources, probe]
+        for target in targets:
+            gates = list(waits_for.get(target.daemonset, ()))
+            opts_ = pulumi.ResourceOptions.merge(
+                ds_opts, pulumi.ResourceOptions(depends_on=gates, aliases=[naming.former_wave_parent()])
+            )
+            daemonset = driver_daemonset(ops, target, upgrade, validated_files, opts_)
+            self.daemonsets[target.daemonset] = daemonset
+            if not gates:
+                self.ordering.append(daemonset)
         self.register_outputs({"daemonsets": [t.daemonset for t in targets], "images": [t.image for t in targets]})

@@ -1,17 +1,21 @@
-"""`driver-waves`: driver upgrades in ordered waves, each behind a gate on the wave before it.
+"""`driver-waves`: driver upgrades in ordered waves, each wave behind the gates of the wave before it.
 
 What the operator's upgrade controller does with node state labels and a requeue loop (fact sheet §5.2), done
-with Pulumi dependencies: `state-driver` holds the first wave's DaemonSets; for every later wave this component
-renders a gate Job on the previous wave, and the wave's DaemonSets depend on that Job. Pulumi awaits a Job, so
-the next wave's DaemonSets are not touched before the gate completed:
+with Pulumi dependencies. Every driver DaemonSet belongs to `state-driver`; for each pool of a wave that a later
+wave waits for, this component renders a gate Job on that pool, and the later wave's DaemonSets depend on the
+gates of every pool of the wave before them. Pulumi awaits a Job, so a wave's DaemonSets are not touched before
+the previous wave's gates completed:
 
-    wave 1 DaemonSets ──► gate(wave 1) ──► wave 2 DaemonSets ──► gate(wave 2) ──► wave 3 DaemonSets ──► ...
+    wave 1 DaemonSets ──► gates(wave 1 pools) ──► wave 2 DaemonSets ──► gates(wave 2 pools) ──► ...
 
-A gate (node agent `wait-validated`, strict) completes once every DaemonSet of its wave finished its rolling
-update (updated and available on every node it selects) and the validator pod is Ready on every node of the
-wave's pools; it fails when that takes longer than the wave's `timeoutSeconds`, and so does `pulumi up`, leaving
-the later waves untouched. A gate's Job is replaced (re-run) whenever its wave's DaemonSets change; a wave that
-did not change passes its gate without a run. The last wave is judged by `stack-validation`.
+A gate is named after its pool (`gpu-stack-gate-<pool>`, components/naming.py), never after its wave: renaming or
+reordering waves, or moving a pool to another wave, changes which gates a DaemonSet waits for, not what anything
+is called. A gate (node agent `wait-validated`, strict) completes once its pool's driver DaemonSet finished its
+rolling update and the validator is Ready on every node of the pool (and at least `expectedNodes` of them, when
+the pool declares it); it fails at once on a crash-looping or unpullable validator or driver, and when the
+pool's `timeoutSeconds` pass, leaving the later waves untouched. A gate's Job is replaced (re-run) whenever its
+pool's DaemonSet changes; a pool whose DaemonSet did not change passes without a run. The last wave is judged by
+`stack-validation`, which names every driver DaemonSet.
 """
 
 from __future__ import annotations
@@ -19,28 +23,26 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components._k8s import Operands, also_after, child_opts, env, rbac_set, rule
-from components.config import Upgrade
-from components.driver import WAVE_LABEL, DriverTarget, ValidatedFiles, driver_daemonset, driver_manager_env
-from components.validation_gate import gate_job, gate_rules
+from components import naming
+from components._k8s import Later, Operands, also_after, child_opts, env, rbac_set, rule
+from components.config import NodePool, Upgrade
+from components.driver import DriverTarget, driver_manager_env
+from components.validation_gate import expected_nodes_env, gate_job, gate_rules
 
 NAME = "gpu-stack-wave-gate"
-WAVE_DIGEST_ANNOTATION = "gpu-stack/wave-digest"
+GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"
+GATE_POOL_LABEL = "gpu-stack/validates-pool"
 
 
-def gate_name(wave: str) -> str:
-    return f"gpu-stack-wave-{wave}-validated"
-
-
-def wave_digest(targets: Sequence[DriverTarget], upgrade: Upgrade) -> str:
-    """Changes exactly when a DaemonSet of the wave changes the way it rolls out."""
+def gate_digest(target: DriverTarget, upgrade: Upgrade) -> str:
+    """Changes exactly when the pool's DaemonSet changes the way it rolls out."""
     material = {
-        "targets": [asdict(t) for t in targets],
+        "target": asdict(target),
         "managerEnv": driver_manager_env(upgrade),
         "strategy": [upgrade.strategy, upgrade.max_unavailable],
     }
@@ -48,8 +50,10 @@ def wave_digest(targets: Sequence[DriverTarget], upgrade: Upgrade) -> str:
 
 
 class DriverWaves(pulumi.ComponentResource):
+    """The gates of the pools a later wave waits for. `gates` resolves each pool's `Later`, on which the later
+    waves' DaemonSets (created by `state-driver`) already wait."""
+
     gates: dict[str, k8s.batch.v1.Job]
-    daemonsets: list[k8s.apps.v1.DaemonSet]
 
     def __init__(
         self,
@@ -57,45 +61,43 @@ class DriverWaves(pulumi.ComponentResource):
         *,
         ops: Operands,
         gate_image: str,
+        gated_pools: Sequence[NodePool],
         targets: Sequence[DriverTarget],
+        daemonsets: Mapping[str, k8s.apps.v1.DaemonSet],
         upgrade: Upgrade,
-        validated_files: ValidatedFiles,
+        timeout_of: Mapping[str, int],
+        gates: Mapping[str, Later],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:DriverWaves", name, None, opts)
-        waves = upgrade.waves
-        gated = [w.name for w in waves[:-1]]
-        role_rules, cluster_rules = gate_rules([gate_name(w) for w in gated])
-        role_rules.append(rule(["apps"], ["daemonsets"], ["get"], [t.daemonset for t in targets if t.wave in gated]))
+        target_of = {pool: t for t in targets for pool in t.pools}
+        job_names = [naming.pool_gate(p.name) for p in gated_pools]
+        role_rules, cluster_rules = gate_rules(job_names)
+        watched = sorted({target_of[p.name].daemonset for p in gated_pools})
+        role_rules.append(rule(["apps"], ["daemonsets"], ["get"], watched))
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.gates = {}
-        self.daemonsets = []
-        previous: list[pulumi.Resource] = []
-        for before, wave in zip(waves, waves[1:]):
-            wave_before = [t for t in targets if t.wave == before.name]
+        for pool in gated_pools:
+            target = target_of[pool.name]
             gate = gate_job(
-                gate_name(before.name),
+                naming.pool_gate(pool.name),
                 ops,
                 gate_image,
                 mode="strict",
-                timeout_seconds=before.timeout_seconds,
-                labels={WAVE_LABEL: before.name},
-                annotations={WAVE_DIGEST_ANNOTATION: wave_digest(wave_before, upgrade)},
+                timeout_seconds=timeout_of[pool.name],
+                labels={GATE_POOL_LABEL: pool.name},
+                annotations={GATE_DIGEST_ANNOTATION: gate_digest(target, upgrade)},
                 extra_env=[
-                    env("POOLS", ",".join(before.pools)),
-                    env("DRIVER_DAEMONSETS", ",".join(t.daemonset for t in wave_before)),
-                    *([env("DRA_VALIDATOR", "true")] if any(t.dra for t in wave_before) else []),
+                    env("POOLS", pool.name),
+                    env("DRIVER_DAEMONSETS", target.daemonset),
+                    *expected_nodes_env([pool]),
+                    *([env("DRA_VALIDATOR", "true")] if target.dra else []),
                 ],
                 service_account=NAME,
-                opts=also_after(child, *rbac.resources, *previous),
+                opts=also_after(child, *rbac.resources, daemonsets[target.daemonset]),
             )
-            self.gates[before.name] = gate
-            wave_opts = also_after(child, gate)
-            wave_sets = [driver_daemonset(ops, t, upgrade, validated_files, wave_opts) for t in targets if t.wave == wave.name]
-            self.daemonsets += wave_sets
-            previous = [gate, *wave_sets]
-        self.register_outputs(
-            {"gates": [gate_name(w) for w in self.gates], "daemonsets": [t.daemonset for t in targets if t.wave != waves[0].name]}
-        )
+            self.gates[pool.name] = gate
+            gates[pool.name].resolve(gate)
+        self.register_outputs({"gates": job_names})

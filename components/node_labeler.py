@@ -10,7 +10,8 @@ and the agent (node_images/node-agent) applies them to its own node, keeping eve
 from __future__ import annotations
 
 import json
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence, Union
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -37,7 +38,9 @@ NAME = "gpu-stack-node-labeler"
 CONFIGMAP = "gpu-stack-node-pools"
 CONFIG_KEY = "node-pools.json"
 CONFIG_DIR = "/etc/gpu-stack"
-CONFIG_VERSION = 1
+# 2 adds `removal`: deploy labels leave a node no faster than the upgrade's budget, and never from under GPU
+# work unless the upgrade drains (node agent 0.4.0 and later; 0.3.0 refuses version 2 and changes no label).
+CONFIG_VERSION = 2
 
 AGENT_SECURITY = SecurityContextArgs(
     run_as_non_root=True,
@@ -62,8 +65,10 @@ def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = 
     return [consts.deploy_label(c) for c in components]
 
 
-def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str]:
+def pool_labels(pool: NodePool, *, device_plugin_configs: bool, driver_daemonset: Optional[str] = None) -> dict[str, str]:
     labels = {consts.WORKLOAD_CONFIG: pool.workload_type}
+    if driver_daemonset is not None:
+        labels[consts.DRIVER_DAEMONSET_LABEL] = driver_daemonset
     if pool.workload_type == "vm-vgpu" and pool.vgpu_config:
         labels[consts.VGPU_CONFIG] = pool.vgpu_config
     if pool.workload_type == "container":
@@ -75,27 +80,62 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str
     return labels
 
 
+@dataclass(frozen=True)
+class Removal:
+    """How fast deploy labels may leave nodes when a pool is renamed or removed or a node leaves its pool: at most
+    `max_unavailable` nodes at once (the upgrade's budget), never under running GPU work unless `drain`. The agents
+    share the budget through Leases in `namespace`, where they also hand orphaned driver pods over."""
+
+    max_unavailable: Union[int, str]
+    drain: bool
+    namespace: str
+
+    def as_json(self) -> dict:
+        return {"maxUnavailable": self.max_unavailable, "drain": self.drain, "namespace": self.namespace}
+
+
 def agent_config(
-    pools: Sequence[NodePool], *, driver_pools: frozenset[str], device_plugin_configs: bool, sandbox_mode: str = "kubevirt"
+    pools: Sequence[NodePool],
+    *,
+    driver_daemonsets: Mapping[str, str],
+    device_plugin_configs: bool,
+    removal: Removal,
+    sandbox_mode: str = "kubevirt",
 ) -> dict:
     """The document the agent reads; pool order is match order (first match wins)."""
     return {
         "version": CONFIG_VERSION,
         "gpuNodeLabels": list(consts.NFD_GPU_LABELS),
         "managedDeployLabels": [consts.deploy_label(c) for c in consts.ALL_DEPLOY_COMPONENTS],
+        "removal": removal.as_json(),
         "pools": [
             {
                 "name": pool.name,
                 # Not read by the labelling rules: it is what the policy pack and drift reports compare against.
                 "gpuModel": pool.gpu_model,
                 "nodeSelector": dict(pool.node_selector),
-                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_pools, sandbox_mode=sandbox_mode),
-                "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
+                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_daemonsets, sandbox_mode=sandbox_mode),
+                "labels": pool_labels(
+                    pool, device_plugin_configs=device_plugin_configs, driver_daemonset=driver_daemonsets.get(pool.name)
+                ),
             }
             for pool in pools
         ],
     }
 
+
+# Nodes: its own labels. Pods: the GPU work on its node (cluster-wide, by field selector), which a removal must not
+# pull the operands from under, and eviction of it when the upgrade drains. Leases: the shared removal budget;
+# deleting pods: handing an orphaned driver pod over to its new DaemonSet.
+CLUSTER_RULES = (
+    rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
+    rule([""], ["pods"], ["list"]),
+    rule([""], ["pods/eviction"], ["create"]),
+)
+ROLE_RULES = (
+    rule([""], ["pods"], ["get", "list", "delete"]),
+    rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "delete"]),
+)
 
 # Any of NFD's NVIDIA PCI labels puts the agent on a node; terms of a node selector are ORed.
 GPU_NODE_AFFINITY = AffinityArgs(
@@ -121,8 +161,9 @@ class NodeLabeler(pulumi.ComponentResource):
         ops: Operands,
         image: str,
         pools: Sequence[NodePool],
-        driver_pools: frozenset[str],
+        driver_daemonsets: Mapping[str, str],
         device_plugin_configs: bool,
+        removal: Removal,
         sandbox_mode: str,
         resync_seconds: int,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -130,9 +171,13 @@ class NodeLabeler(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:NodeLabeler", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch", "patch"])], opts=child)
+        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         document = agent_config(
-            pools, driver_pools=driver_pools, device_plugin_configs=device_plugin_configs, sandbox_mode=sandbox_mode
+            pools,
+            driver_daemonsets=driver_daemonsets,
+            device_plugin_configs=device_plugin_configs,
+            removal=removal,
+            sandbox_mode=sandbox_mode,
         )
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,

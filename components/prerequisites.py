@@ -1,8 +1,11 @@
 """State `pre-requisites`: the namespace the operands run in and the RuntimeClasses they (and workloads) use.
 
-GO:assets/pre-requisites/*: RuntimeClass `nvidia` always, `nvidia-cdi` and `nvidia-legacy` only with CDI on
-(the operator deletes them otherwise). The namespace carries Pod Security labels because every operand is
-privileged; without them a cluster enforcing `baseline` rejects the driver pods.
+GO:assets/pre-requisites/*: RuntimeClasses `nvidia`, `nvidia-cdi` and `nvidia-legacy`. The operator deletes the
+CDI pair when CDI is off; gpu-stack keeps all three whatever the toolkit's mode, because workloads name them and a
+config edit must never delete what running pods stand on. For the same reason the namespace and the
+RuntimeClasses are protected (`kept`): an edit that would delete or replace them fails `pulumi up` instead. The
+namespace carries Pod Security labels because every operand is privileged; without them a cluster enforcing
+`baseline` rejects the driver pods.
 
 With `registry.credentials`, the pull Secret every operand references is created here, its content a Pulumi
 secret: encrypted in state, masked in previews and in the offline render.
@@ -18,7 +21,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components._k8s import meta
+from components._k8s import kept, meta
 
 RUNTIME_CLASS = "nvidia"
 CDI_RUNTIME_CLASSES = ("nvidia-cdi", "nvidia-legacy")
@@ -51,7 +54,6 @@ class PreRequisites(pulumi.ComponentResource):
         name: str,
         *,
         namespace: str,
-        cdi: bool,
         registry_login: Optional[RegistryLogin] = None,
         namespace_labels: Optional[dict[str, str]] = None,
         opts: pulumi.ResourceOptions | None = None,
@@ -59,7 +61,8 @@ class PreRequisites(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:PreRequisites", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         labels = {**POD_SECURITY_LABELS, **(namespace_labels or {})}
-        self.namespace = k8s.core.v1.Namespace(namespace, metadata=meta(namespace, labels=labels), opts=child)
+        # every operand, the loaded drivers' pods included, lives in it
+        self.namespace = k8s.core.v1.Namespace(namespace, metadata=meta(namespace, labels=labels), opts=kept(child))
         if registry_login is not None:
             k8s.core.v1.Secret(
                 REGISTRY_SECRET,
@@ -68,9 +71,9 @@ class PreRequisites(pulumi.ComponentResource):
                 string_data={".dockerconfigjson": pulumi.Output.secret(docker_config(registry_login))},
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.namespace])),
             )
-        names = (RUNTIME_CLASS, *CDI_RUNTIME_CLASSES) if cdi else (RUNTIME_CLASS,)
+        names = (RUNTIME_CLASS, *CDI_RUNTIME_CLASSES)
         self.runtime_classes = [
-            k8s.node.v1.RuntimeClass(rc, metadata=meta(rc, labels=RUNTIME_CLASS_LABELS), handler=rc, opts=child)
+            k8s.node.v1.RuntimeClass(rc, metadata=meta(rc, labels=RUNTIME_CLASS_LABELS), handler=rc, opts=kept(child))
             for rc in names
         ]
         self.register_outputs({"namespace": self.namespace.metadata.name, "runtimeClasses": list(names)})

@@ -13,13 +13,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import catalog
-from components._k8s import Images, Operands, image_ref
+from components._k8s import Images, Later, Operands, image_ref
 from components.config import ServiceMonitorSettings, StackConfig
 from components import dcgm_metrics, sharing
 from components.dcgm import REMOTE_HOSTENGINE, Dcgm
 from components.dcgm_exporter import DcgmExporter
 from components.device_plugin import DevicePlugin
-from components.driver import Driver, Sidecars, ValidatedFiles, first_wave, plan_targets
+from components.driver import Driver, Sidecars, ValidatedFiles, plan_targets
 from components.dra_driver import DraDriver, example_claim_templates, resource_api_version
 from components.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
 from components.dra_validator import DraValidator
@@ -34,7 +34,7 @@ from components.mps import MpsControlDaemon
 from components.node_inventory import NodeInventory
 from components.node_status_exporter import NodeStatusExporter
 from components.nfd import NodeFeatureDiscovery
-from components.node_labeler import NodeLabeler
+from components.node_labeler import NodeLabeler, Removal
 from components.order import STATE_ORDER
 from components.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS, PreRequisites, RegistryLogin
 from components.sandbox_device_plugin import SandboxDevicePlugin
@@ -60,6 +60,11 @@ def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
         kubeconfig=cluster.kubeconfig,
         cluster_identifier=cluster.name,
         namespace=cluster.namespace,
+        # The operands' ConfigMaps (plugin configs, MIG layouts, the node pools) are edited in place, as the operator
+        # edits them and as their readers (config-manager, the MIG manager, the node agent) expect; replacing
+        # them would delete and re-create them under their fixed names.
+        enable_config_map_mutable=True,
+        enable_secret_mutable=True,
     )
 
 
@@ -162,12 +167,22 @@ class GpuStack(pulumi.ComponentResource):
             "driver-waves": self._driver_waves,
             "stack-validation": self._validation_gate,
         }
+        # The gates the later upgrade waves' driver DaemonSets wait for; `state-driver` creates those DaemonSets
+        # before `driver-waves` creates the gates.
+        self._gates: dict[str, Later] = {
+            pool: Later(f"the gate of pool {pool}") for wave in cfg.upgrade.waves[:-1] for pool in wave.pools
+        }
         previous: list[pulumi.Resource] = []
         for state in STATE_ORDER:
             component = builders[state.name](previous)
             if component is not None:
                 self.states[state.name] = component
-                previous = [component]
+                # A state waits for the one before it, except for what that one leaves to later states
+                # (`state-driver`'s later upgrade waves, which wait for gates at the end of the order).
+                previous = list(getattr(component, "ordering", [component]))
+        unresolved = [later.what for later in self._gates.values() if not later.resolved]
+        if unresolved:
+            raise RuntimeError(f"never created: {', '.join(unresolved)}; the DaemonSets waiting for them would never register")
         self.gpu_resources = sharing.resources_by_pool(cfg.node_pools, cfg.device_plugin.mig_strategy, cfg.mig_layouts)
         self.register_outputs({"states": list(self.states), "gpuResources": self.gpu_resources})
 
@@ -183,7 +198,6 @@ class GpuStack(pulumi.ComponentResource):
         return PreRequisites(
             "pre-requisites",
             namespace=self._ops.namespace,
-            cdi=cfg.toolkit.cdi,
             registry_login=login,
             # the DRA validator's adminAccess claim is admitted only in a namespace labelled for it
             namespace_labels=DRA_NAMESPACE_LABELS if cfg.dra_pools else None,
@@ -220,9 +234,11 @@ class GpuStack(pulumi.ComponentResource):
             ops=self._ops,
             image=cfg.node_agent.image,
             pools=cfg.node_pools,
-            driver_pools=frozenset(p.name for p in cfg.driver_pools),
+            # pool -> its driver DaemonSet, which the agent writes as the node's gpu-stack/driver label
+            driver_daemonsets={p.name: cfg.pool_driver(p).daemonset for p in cfg.driver_pools},
             sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
+            removal=Removal(cfg.upgrade.max_unavailable, cfg.upgrade.drain.enabled, cfg.cluster.namespace),
             resync_seconds=cfg.node_agent.resync_seconds,
             depends_on=after,
             opts=self._opts(),
@@ -238,28 +254,42 @@ class GpuStack(pulumi.ComponentResource):
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
         if not self._driver_targets:
             return None
+        waves = self._cfg.upgrade.waves
+        wave_of = {pool: i for i, wave in enumerate(waves) for pool in wave.pools}
+        waits_for = {}
+        for target in self._driver_targets:
+            wave = wave_of.get(target.pools[0], 0)
+            if wave > 0:
+                waits_for[target.daemonset] = [self._gates[pool].output for pool in waves[wave - 1].pools]
         return Driver(
             "state-driver",
             ops=self._ops,
-            targets=first_wave(self._driver_targets, self._cfg.upgrade.waves),
+            targets=self._driver_targets,
             upgrade=self._cfg.upgrade,
             validated_files=self._validated_files(),
+            waits_for=waits_for,
             depends_on=after,
             opts=self._opts(),
         )
 
     def _driver_waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
         cfg = self._cfg
-        if len(cfg.upgrade.waves) < 2:
+        driver = self.states.get("state-driver")
+        if not self._gates or not isinstance(driver, Driver):
             return None
         assert cfg.node_agent.image is not None
+        pools = {p.name: p for p in cfg.node_pools}
+        waves = cfg.upgrade.waves
         return DriverWaves(
             "driver-waves",
             ops=self._ops,
             gate_image=cfg.node_agent.image,
+            gated_pools=[pools[name] for wave in waves[:-1] for name in wave.pools],
             targets=self._driver_targets,
+            daemonsets=driver.daemonsets,
             upgrade=cfg.upgrade,
-            validated_files=self._validated_files(),
+            timeout_of={name: wave.timeout_seconds for wave in waves for name in wave.pools},
+            gates=self._gates,
             depends_on=after,
             opts=self._opts(),
         )
@@ -542,6 +572,8 @@ class GpuStack(pulumi.ComponentResource):
             mode=cfg.validation.mode,
             timeout_seconds=cfg.validation.timeout_seconds,
             stack_digest=stack_digest(cfg),
+            driver_daemonsets=[t.daemonset for t in self._driver_targets],
+            pools=cfg.node_pools,
             sandbox_validator="state-sandbox-validation" in self.states,
             dra_validator="state-dra-validation" in self.states,
             # after every state, not only the previous one: it judges the whole stack

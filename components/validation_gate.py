@@ -7,7 +7,12 @@ the validator needs ever waits on the validator.
 
 Nodes of VM pools are judged by their Ready `nvidia-sandbox-validator` pod instead (`SANDBOX_VALIDATOR`).
 
-- strict: the Job fails when a node is not validated in time, and so does the update;
+The gate waits for every driver DaemonSet (`DRIVER_DAEMONSETS`, the last upgrade wave's included) to finish its
+rollout, and for at least `expectedNodes` validated nodes in each pool that declares it. Cordoned and NotReady
+nodes are skipped and listed as such; a crash-looping or unpullable validator or driver fails it at once.
+
+- strict: the Job fails when a node is not validated in time, and so does the update; judging no GPU node at all
+  is a failure too;
 - advisory: the Job always completes and records its verdict in the annotation `gpu-stack/validation`, which
   the program exports as the `validation` stack output.
 The Job is replaced whenever the stack's rendered configuration changes, so every effective `pulumi up`
@@ -35,6 +40,7 @@ from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components import consts
 from components._k8s import Operands, also_after, child_opts, env, env_from_field, meta, rbac_set, rule
+from components.config import NodePool
 from components.node_labeler import AGENT_SECURITY
 from components.validator import NAME as VALIDATOR
 
@@ -51,6 +57,12 @@ def parse_result(annotations: Optional[dict[str, str]]) -> Any:
     if raw is None:
         return {"status": "unknown", "reason": "the validation Job has not reported (offline render or preview)"}
     return json.loads(raw)
+
+
+def expected_nodes_env(pools: Sequence[NodePool]) -> list[EnvVarArgs]:
+    """EXPECTED_NODES for the pools that declare how many nodes they have: fewer validated fails the gate."""
+    declared = [f"{p.name}={p.expected_nodes}" for p in pools if p.expected_nodes is not None]
+    return [env("EXPECTED_NODES", ",".join(declared))] if declared else []
 
 
 def gate_rules(job_names: Sequence[str]) -> tuple[list[PolicyRuleArgs], list[PolicyRuleArgs]]:
@@ -92,6 +104,9 @@ def gate_job(
         ],
         security_context=AGENT_SECURITY,
         resources=ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "128Mi"}),
+        # The agent writes its verdict there; if it dies before, the log's tail stands in, so a failed gate
+        # always says why where `kubectl describe` and `pulumi up` look.
+        termination_message_policy="FallbackToLogsOnError",
     )
     return k8s.batch.v1.Job(
         name,
@@ -134,6 +149,8 @@ class ValidationGate(pulumi.ComponentResource):
         mode: str,
         timeout_seconds: int,
         stack_digest: str,
+        driver_daemonsets: Sequence[str] = (),
+        pools: Sequence[NodePool] = (),
         sandbox_validator: bool = False,
         dra_validator: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -142,6 +159,8 @@ class ValidationGate(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:ValidationGate", name, None, opts)
         child = child_opts(self, depends_on)
         role_rules, cluster_rules = gate_rules([NAME])
+        if driver_daemonsets:
+            role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted(driver_daemonsets)))
         rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.job = gate_job(
             NAME,
@@ -153,6 +172,9 @@ class ValidationGate(pulumi.ComponentResource):
             annotations={DIGEST_ANNOTATION: stack_digest},
             # VM nodes run NVIDIA's sandbox validator instead; the gate judges them by it
             extra_env=[
+                # every wave's drivers, the last one's included: the stack is validated once they all rolled
+                *([env("DRIVER_DAEMONSETS", ",".join(driver_daemonsets))] if driver_daemonsets else []),
+                *expected_nodes_env(pools),
                 *([env("SANDBOX_VALIDATOR", "true")] if sandbox_validator else []),
                 # DRA nodes run the DRA validator, whose pods carry the operator validator's app label
                 *([env("DRA_VALIDATOR", "true")] if dra_validator else []),

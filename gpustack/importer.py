@@ -24,7 +24,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import yaml
 
-from components import catalog, consts, dcgm_metrics, mig_catalog
+from components import catalog, consts, dcgm_metrics, mig_catalog, naming
+from components.driver import sanitize_kernel
 from components.config import (
     NAMESPACE,
     OS_TAG,
@@ -638,6 +639,7 @@ class _Importer:
         self._components()
         self._sandbox()
         self._gpudirect()
+        self._operator_driver_names()
         self.put("nodePools", self.pools, origin="--nodes" if self.nodes is not None else "--gpu-model/--os")
         self._no_effect()
         self._unread_configmaps()
@@ -646,6 +648,30 @@ class _Importer:
         name = (self.policy.get("metadata") or {}).get("name") or "cluster-policy"
         not_carried = sorted(self.not_carried, key=lambda item: item.path)
         return ImportResult(ordered, not_carried, self.notes, self.origins, source=str(name))
+
+    def _operator_driver_names(self) -> None:
+        """Pin each container pool's driver DaemonSet to the name the operator gave it (ClusterPolicy's one
+        `nvidia-driver-daemonset`, or one per kernel for precompiled drivers), so that adopting the running cluster
+        takes over the driver pods already on the nodes instead of starting a second driver beside each."""
+        driver_pools = [p for p in self.pools if p.get("workloadType", "container") == "container"]
+        if self.driver_mode == "host" or not driver_pools:
+            return
+        if self.driver_mode == "managed":
+            if len({p.get("os") for p in driver_pools}) > 1:
+                self.notes.append("the container pools boot different OS images, which one ClusterPolicy driver DaemonSet "
+                                  "cannot serve: each pool gets a driver DaemonSet of its own name")
+                return
+            names = {p["name"]: naming.DRIVER_DAEMONSET for p in driver_pools}
+        else:
+            images = {image.name: image for image in node_images()}
+            names = {}
+            for pool in driver_pools:
+                image = images[pool["nodeImage"]]
+                names[pool["name"]] = f"{naming.DRIVER_DAEMONSET}-{sanitize_kernel(image.kernel)}-{image.os_tag}"
+        for pool in driver_pools:
+            pool.setdefault("driver", {})["daemonSetName"] = names[pool["name"]]
+            where = f"{NAMESPACE}:nodePools[{self.pools.index(pool)}].driver.daemonSetName"
+            self.origins[where] = "the operator's driver DaemonSet name"
 
     def _driver_mode(self) -> str:
         s = self.spec

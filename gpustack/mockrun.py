@@ -18,11 +18,13 @@ from typing import Any, Collection, Optional
 import pulumi
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PROJECT = "gpu-stack"
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 # Wire markers the SDK puts around secrets and unknowns (pulumi/runtime/rpc.py).
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -41,6 +43,13 @@ class Registration:
     provider: str
     inputs: dict[str, Any]
     secret_paths: list[str] = field(default_factory=list)
+    # The resource options the engine acts on when the program changes: what an old URN is now called, what it
+    # refuses to delete, what it leaves in the cluster, and how it replaces.
+    aliases: list[str] = field(default_factory=list)
+    protect: bool = False
+    retain_on_delete: bool = False
+    delete_before_replace: bool = False
+    replace_on_changes: list[str] = field(default_factory=list)
 
     @property
     def is_kubernetes_object(self) -> bool:
@@ -99,6 +108,23 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
 
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives a resource: its type prefixed by its parent's whole qualified type (the mock's
+        own keeps only the parent's last type), the root stack's type left out. Aliases name old URNs this way, so
+        a recording must too for an offline plan to match them."""
+        if parent:
+            qualified = parent.split("::")[2]
+            if qualified != ROOT_STACK_TYPE:
+                type_ = f"{qualified}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
+    def GetDeploymentInfo(self, request):  # noqa: N802 - gRPC method name
+        # Without alias specs the SDK sends every alias as the full URN it stands for, its parent's aliases
+        # included (pulumi.resource.all_aliases): the same identities the engine would match against state.
+        info = super().GetDeploymentInfo(request)
+        features = [f for f in info.supportedFeatures if f != resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS]
+        return resource_pb2.DeploymentInfo(supportedFeatures=features)
+
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)
         secrets: list[str] = []
@@ -115,6 +141,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 provider=request.provider,
                 inputs=inputs,
                 secret_paths=secrets,
+                aliases=[a.urn for a in request.aliases if a.urn] + list(request.aliasURNs),
+                protect=request.protect,
+                retain_on_delete=request.retainOnDelete,
+                delete_before_replace=request.deleteBeforeReplace,
+                replace_on_changes=list(request.replaceOnChanges),
             )
         )
         return response
@@ -184,3 +215,71 @@ async def _resolve(value: Any) -> Optional[Any]:
     if not known:
         return None
     return _plain(await output.future(), "", [])
+
+
+# --- a recording as data, and this module as a standalone runner -------------------------------------------------
+#
+# `gpustack diff --base <git ref>` renders the base side with the program as it was at that ref. Its modules
+# (components, ...) share names with today's, so the base runs in a process of its own: this file, copied
+# outside the repository, run with the base tree as its program directory, writing the recording as JSON. It
+# imports nothing of the project, so any version of the program can be recorded by it.
+
+
+def recording_to_json(recording: Recording) -> dict[str, Any]:
+    return {
+        "stack": recording.stack,
+        "preview": recording.preview,
+        "outputs": recording.outputs,
+        "registrations": [vars(r) for r in recording.registrations],
+    }
+
+
+def recording_from_json(data: dict[str, Any]) -> Recording:
+    return Recording(
+        stack=data["stack"],
+        preview=data["preview"],
+        registrations=[Registration(**r) for r in data["registrations"]],
+        outputs=data.get("outputs") or {},
+    )
+
+
+def stack_file_bag(document: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """A parsed `Pulumi.<stack>.yaml` as the CLI hands it to the program: every value a string, objects as JSON;
+    encrypted values (`{secure: ...}`) masked and marked secret, since nothing offline can decrypt them."""
+    import json
+
+    bag: dict[str, str] = {}
+    secret: list[str] = []
+    for key, value in (document.get("config") or {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            bag[key] = MASKED
+            secret.append(key)
+        elif isinstance(value, str):
+            bag[key] = value
+        elif isinstance(value, bool):
+            bag[key] = "true" if value else "false"
+        else:
+            bag[key] = json.dumps(value)
+    return bag, secret
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
+    import argparse
+    import json
+
+    import yaml
+
+    parser = argparse.ArgumentParser(description="record one stack of the Pulumi program in --program-dir as JSON")
+    parser.add_argument("--program-dir", required=True, type=Path)
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--stack-file", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    bag, secret = stack_file_bag(yaml.safe_load(args.stack_file.read_text()) or {})
+    recording = run_program(args.stack, bag, secret_keys=secret, program_dir=args.program_dir.resolve())
+    args.out.write_text(json.dumps(recording_to_json(recording)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

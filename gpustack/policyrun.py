@@ -156,7 +156,14 @@ def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def _options(registration: Registration) -> proto.AnalyzerResourceOptions:
-    return proto.AnalyzerResourceOptions(parent=registration.parent or "")
+    """The options the engine hands a policy (pulumi's analyzer.proto has no retainOnDelete)."""
+    return proto.AnalyzerResourceOptions(
+        parent=registration.parent or "",
+        protect=registration.protect,
+        deleteBeforeReplace=registration.delete_before_replace,
+        deleteBeforeReplaceDefined=registration.delete_before_replace,
+        aliases=[a for a in registration.aliases],
+    )
 
 
 def _provider(registration: Registration, by_urn: dict[str, Registration]) -> Optional[proto.AnalyzerProviderResource]:

@@ -75,7 +75,7 @@ def test_the_gates_judge_dra_nodes_only_where_there_are_any():
     env = lambda job: {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}  # noqa: E731
     assert env(jobs["gpu-stack-validation"])["DRA_VALIDATOR"] == "true"
     # the canary wave is the device-plugin pool
-    assert "DRA_VALIDATOR" not in env(jobs["gpu-stack-wave-canary-validated"])
+    assert "DRA_VALIDATOR" not in env(jobs["gpu-stack-gate-l40s-inference"])
     assert "DRA_VALIDATOR" not in env(objects(render_stack("prod-managed"), "Job")["gpu-stack-validation"])
 
 

@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from components.config import load_config
-from components.driver import DAEMONSET, daemonset_name, plan_targets, sanitize_kernel
+from components import naming
+from components.driver import DAEMONSET, plan_targets
 from gpustack.render import graph, manifests_yaml
 from node_images import catalog as node_image_catalog
 from stacktest import STACKS, bag, container, env_of, objects, render, render_stack, stack_config
 
 NVIDIA = "nvcr.io/nvidia/driver"
 POOL_LABEL = "gpu-stack/pool"
+DRIVER_LABEL = "gpu-stack/driver"
 KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 
 
@@ -24,12 +26,15 @@ def driver_daemonsets(recording) -> dict[str, dict[str, Any]]:
 
 
 def served_pools(ds: dict[str, Any]) -> set[str] | None:
-    """The pools a driver DaemonSet's node affinity admits; None when it admits every pool."""
+    """The pools a driver DaemonSet's node affinity admits; None when it admits every pool. Its nodes are those the
+    agent labelled gpu-stack/driver=<its name>, or, not yet labelled so, those of its pools."""
     affinity = ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity")
     if affinity is None:
         return None
-    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    (requirement,) = term["matchExpressions"]
+    assigned, by_pool = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert assigned["matchExpressions"] == [{"key": DRIVER_LABEL, "operator": "In", "values": [ds["metadata"]["name"]]}]
+    unassigned, requirement = by_pool["matchExpressions"]
+    assert unassigned == {"key": DRIVER_LABEL, "operator": "DoesNotExist"}
     assert requirement["key"] == POOL_LABEL and requirement["operator"] == "In"
     return set(requirement["values"])
 
@@ -53,10 +58,20 @@ def precompiled_config(entry: node_image_catalog.NodeImage, branch: str) -> dict
     return config
 
 
+def unpinned(config: dict[str, Any]) -> dict[str, Any]:
+    """The stack as a new user writes it: no pool pins the name its driver shipped under."""
+    for pool in config["gpu-stack:nodePools"]:
+        driver = pool.get("driver", {})
+        driver.pop("daemonSetName", None)
+        if "driver" in pool and not driver:
+            del pool["driver"]
+    return config
+
+
 CATALOG = node_image_catalog.load_catalog()
 
 
-# --- precompiled: one DaemonSet per kernel, named, selected and tagged as the operator does ---------------------
+# --- precompiled: each pool's DaemonSet selects its kernel and is tagged as the operator tags it -------------------
 
 
 @pytest.mark.parametrize(
@@ -69,7 +84,7 @@ def test_every_catalog_image_resolves_to_its_published_or_private_tag(entry, bra
     tag = f"{branch}-{entry.kernel}-{entry.os_tag}"
     expected = f"{NVIDIA}:{tag}" if node_image_catalog.is_published(entry, branch) else f"{entry.private_image}:{tag}"
     assert target.image == expected
-    assert target.daemonset == f"nvidia-driver-daemonset-{sanitize_kernel(entry.kernel)}-{entry.os_tag}"
+    assert target.daemonset == "nvidia-driver-daemonset-pool"
     assert target.kernel == entry.kernel
 
 
@@ -81,7 +96,7 @@ def test_a_registry_mirror_serves_published_images_but_not_private_ones():
     assert images[("train-a100",)] == "harbor.platform.internal/gpu-stack/driver:580-6.5.0-45-generic-ubuntu22.04"
 
 
-def test_prod_precompiled_renders_one_daemonset_per_kernel_and_wave():
+def test_prod_precompiled_renders_one_daemonset_per_pool_under_the_names_it_shipped():
     daemonsets = driver_daemonsets(render_stack("prod-precompiled"))
     expected = {
         "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04": (
@@ -104,9 +119,19 @@ def test_prod_precompiled_renders_one_daemonset_per_kernel_and_wave():
         assert container(ds, "nvidia-driver-ctr")["startupProbe"]["initialDelaySeconds"] == 5
 
 
-def test_a_kernel_shared_by_two_pools_of_one_wave_gets_one_daemonset():
+def test_a_new_stack_names_each_pools_daemonset_after_the_pool():
+    targets = plan_targets(load_config(bag(unpinned(stack_config("prod-precompiled")))), NVIDIA)
+    assert [(t.daemonset, t.pools) for t in targets] == [
+        ("nvidia-driver-daemonset-canary", ("canary",)),
+        ("nvidia-driver-daemonset-train-a100", ("train-a100",)),
+        ("nvidia-driver-daemonset-infer-l40s", ("infer-l40s",)),
+    ]
+
+
+def test_pools_that_pin_one_name_share_its_daemonset():
     config = stack_config("prod-precompiled")
     config["gpu-stack:nodePools"][2]["nodeImage"] = "ubuntu22.04-6.5.0-45-generic-amd64"
+    config["gpu-stack:nodePools"][2]["driver"]["daemonSetName"] = "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04"
     targets = plan_targets(load_config(bag(config)), NVIDIA)
     assert [(t.daemonset, t.pools) for t in targets] == [
         ("nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04", ("canary",)),
@@ -114,7 +139,7 @@ def test_a_kernel_shared_by_two_pools_of_one_wave_gets_one_daemonset():
     ]
 
 
-# --- managed: one DaemonSet per OS tag; pools with their own driver get their own ----------------------------------
+# --- managed: one DaemonSet per pool, whatever its OS or wave -----------------------------------------------------
 
 
 def without_waves(stack: str) -> dict[str, Any]:
@@ -123,10 +148,14 @@ def without_waves(stack: str) -> dict[str, Any]:
     return config
 
 
-def test_single_os_managed_stack_keeps_the_operator_daemonset_name():
-    ds = objects(render(without_waves("prod-managed")), "DaemonSet")["nvidia-driver-daemonset"]
-    assert container(ds, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
-    assert served_pools(ds) == {"training-a100", "inference-l4"}
+def test_without_the_node_labeller_one_daemonset_keeps_the_operator_name_and_selects_every_driver_node():
+    config = unpinned(without_waves("prod-managed"))
+    config["gpu-stack:components"] = {"nodeLabeler": False, "nodeInventory": False}
+    config["gpu-stack:validation"]["mode"] = "off"
+    ds = driver_daemonsets(render(config))
+    assert list(ds) == ["nvidia-driver-daemonset"]
+    assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
+    assert served_pools(ds["nvidia-driver-daemonset"]) is None
 
 
 def test_prod_managed_rolls_the_inference_canary_before_training():
@@ -147,14 +176,14 @@ def test_hybrid_stack_renders_one_daemonset_per_os_and_one_for_the_pinned_pool()
     assert pinned["KERNEL_MODULE_TYPE"] == "proprietary" and "OPEN_KERNEL_MODULES_ENABLED" not in pinned
 
 
-def test_mixed_os_without_waves_names_each_daemonset_after_its_os():
-    config = without_waves("prod-managed")
+def test_a_pools_os_changes_its_daemonsets_image_not_its_name():
+    base = {t.daemonset: t for t in plan_targets(load_config(bag(unpinned(without_waves("prod-managed")))), NVIDIA)}
+    config = unpinned(without_waves("prod-managed"))
     config["gpu-stack:nodePools"][1]["os"] = "ubuntu24.04"
-    names = {t.daemonset: t.pools for t in plan_targets(load_config(bag(config)), NVIDIA)}
-    assert names == {
-        "nvidia-driver-daemonset-ubuntu22.04": ("training-a100",),
-        "nvidia-driver-daemonset-ubuntu24.04": ("inference-l4",),
-    }
+    moved = {t.daemonset: t for t in plan_targets(load_config(bag(config)), NVIDIA)}
+    assert set(moved) == set(base) == {"nvidia-driver-daemonset-training-a100", "nvidia-driver-daemonset-inference-l4"}
+    assert moved["nvidia-driver-daemonset-inference-l4"].image == "nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"
+    assert moved["nvidia-driver-daemonset-training-a100"] == base["nvidia-driver-daemonset-training-a100"]
 
 
 def test_host_driver_pools_get_no_driver_deploy_label_and_no_daemonset():
@@ -174,10 +203,9 @@ def test_host_driver_pools_get_no_driver_deploy_label_and_no_daemonset():
 
 
 def test_long_names_are_cut_to_a_label_value_and_stay_unique():
-    long_wave, long_pool = "w" * 20, "p" * 40
-    name = daemonset_name(long_wave, long_pool, "5.15.0-1068-aws", "ubuntu22.04")
-    assert len(name) <= 63 and name.startswith(f"{DAEMONSET}-{long_wave}-")
-    assert name != daemonset_name(long_wave, long_pool, "5.15.0-1069-aws", "ubuntu22.04")
+    name = naming.driver_daemonset("p" * 40, None, per_pool=True)
+    assert len(name) <= 63 and name.startswith(f"{DAEMONSET}-ppp")
+    assert name != naming.driver_daemonset("p" * 39 + "q", None, per_pool=True)
 
 
 # --- no node is selected by two driver DaemonSets -----------------------------------------------------------------
@@ -211,12 +239,9 @@ def test_adversarial_stack_gives_each_pool_exactly_one_daemonset():
     daemonsets = driver_daemonsets(render(adversarial_config()))
     served = sorted(pool for ds in daemonsets.values() for pool in served_pools(ds))
     assert served == sorted(["canary", "canary-2", "train-a100", "infer-l40s", "pinned", "managed"])
-    by_pools = {tuple(sorted(served_pools(ds))): name for name, ds in daemonsets.items()}
-    # 68 characters in full: cut to 63 with a hash, as the operator cuts its per-pool names
-    assert by_pools[("pinned",)] == "nvidia-driver-daemonset-fleet-pinned-5.15.0-139-generi-f4eb9252"
-    pinned = daemonsets[by_pools[("pinned",)]]
+    pinned = daemonsets["nvidia-driver-daemonset-pinned"]
     assert container(pinned, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595-5.15.0-139-generic-ubuntu22.04"
-    managed = daemonsets["nvidia-driver-daemonset-last-managed"]
+    managed = daemonsets["nvidia-driver-daemonset-managed"]
     assert container(managed, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
 
 
@@ -252,7 +277,7 @@ def test_default_upgrade_policy_evicts_gpu_pods_one_node_at_a_time():
 def test_manual_strategy_leaves_driver_pods_until_someone_deletes_them():
     config = stack_config("prod-managed")
     config["gpu-stack:upgrade"] = {"strategy": "manual", "gpuPodEviction": False, "drain": {"force": True, "timeoutSeconds": 0}}
-    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset"]
+    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset-training"]
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     env = manager_env(ds)
     assert (env["ENABLE_GPU_POD_EVICTION"], env["DRAIN_USE_FORCE"], env["DRAIN_TIMEOUT_SECONDS"]) == ("false", "true", "0s")
@@ -290,7 +315,7 @@ def precompiled_graph() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
 CANARY = "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04"
 FLEET = ("nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04", "nvidia-driver-daemonset-fleet-6.8.0-79-generic-ubuntu24.04")
-GATE = "gpu-stack-wave-canary-validated"
+GATE = "gpu-stack-gate-canary"
 
 
 def test_fleet_daemonsets_wait_for_the_canary_gate_which_waits_for_the_canary_and_the_validator(precompiled_graph):
@@ -323,9 +348,9 @@ def test_the_canary_gate_judges_the_canary_pools_and_daemonsets_strictly():
     assert daemonset_rule == {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": [CANARY]}
 
 
-def test_the_gate_reruns_exactly_when_its_wave_changes():
+def test_the_gate_reruns_exactly_when_its_pools_daemonset_changes():
     def gate_digest(config: dict[str, Any]) -> str:
-        return objects(render(config), "Job")[GATE]["metadata"]["annotations"]["gpu-stack/wave-digest"]
+        return objects(render(config), "Job")[GATE]["metadata"]["annotations"]["gpu-stack/gate-digest"]
 
     base = stack_config("prod-precompiled")
     branch_bump = stack_config("prod-precompiled")
@@ -340,7 +365,7 @@ def test_one_wave_needs_no_gate():
     config = stack_config("prod-precompiled")
     config["gpu-stack:upgrade"]["waves"] = [{"name": "all", "pools": ["canary", "train-a100", "infer-l40s"]}]
     recording = render(config)
-    assert not [name for name in objects(recording, "Job") if name.startswith("gpu-stack-wave-")]
+    assert not [name for name in objects(recording, "Job") if name.startswith(naming.GATE_PREFIX)]
     assert len(driver_daemonsets(recording)) == 3
 
 
@@ -364,3 +389,26 @@ def test_a_driver_pod_is_ready_only_once_its_node_validated():
     probe = container(driver_daemonsets(render(config))["nvidia-driver-daemonset"], "nvidia-driver-ctr")["readinessProbe"]
     # without a device plugin the validator has no plugin check, so it never writes plugin-ready
     assert "plugin-ready" not in probe["exec"]["command"][2]
+
+
+def test_every_driver_daemonset_belongs_to_state_driver_whatever_its_wave():
+    """So moving a pool to another wave, or reordering waves, never changes a DaemonSet's URN."""
+    for stack in STACKS:
+        for r in graph(render_stack(stack))["resources"]:
+            if r["type"] == "kubernetes:apps/v1:DaemonSet" and r["name"].startswith(DAEMONSET):
+                assert "gpu-stack:index:Driver$" in r["urn"], (stack, r["urn"])
+
+
+def test_a_driver_daemonset_answers_to_where_later_waves_used_to_live():
+    recording = render_stack("prod-managed")
+    training = recording.find("kubernetes:apps/v1:DaemonSet", "nvidia-driver-daemonset-training")
+    assert (
+        "urn:pulumi:prod-managed::gpu-stack::gpu-stack:index:GpuStack$gpu-stack:index:DriverWaves"
+        "$kubernetes:apps/v1:DaemonSet::nvidia-driver-daemonset-training"
+    ) in training.aliases
+
+
+def test_a_removed_driver_daemonset_leaves_its_pods_for_the_node_agent_to_hand_over():
+    for ds in driver_daemonsets(render_stack("prod-managed")).values():
+        assert ds["metadata"]["annotations"]["pulumi.com/deletionPropagationPolicy"] == "orphan"
+        assert "gpu-stack/upgrade-wave" not in ds["spec"]["template"]["metadata"]["labels"]

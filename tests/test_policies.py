@@ -17,7 +17,7 @@ import yaml
 from gpustack.mockrun import Recording, Registration
 from gpustack.policyrun import pack_config
 from policytest import edit_pools, edited, messages, registration, violations
-from stacktest import render, render_stack, stack_config
+from stacktest import objects, render, render_stack, stack_config
 
 
 def pod_spec(recording: Recording, kind: str, name: str) -> dict:
@@ -178,14 +178,14 @@ def test_a_later_driver_wave_may_wait_for_the_gate_of_other_pools_only():
         for r in stack.registrations
         if r.inputs.get("kind") == "DaemonSet" and "train-a100" in json.dumps(r.inputs["spec"]["template"]["spec"].get("affinity"))
     )
-    gate = registration(stack, "Job", "gpu-stack-wave-canary-validated")
+    gate = registration(stack, "Job", "gpu-stack-gate-canary")
     assert gate.urn in wave.dependencies and messages(stack, "state-order") == []
 
     def gate_on_the_fleet(broken: Recording) -> None:
-        set_env(registration(broken, "Job", "gpu-stack-wave-canary-validated").inputs["spec"]["template"]["spec"]["containers"][0], "POOLS", "canary,train-a100")
+        set_env(registration(broken, "Job", "gpu-stack-gate-canary").inputs["spec"]["template"]["spec"]["containers"][0], "POOLS", "canary,train-a100")
 
     found = messages(edited(stack, gate_on_the_fleet), "state-order")
-    assert_names_resource_and_fix(found, f"{wave.name} is applied only after Job gpu-operator/gpu-stack-wave-canary-validated", "pools train-a100")
+    assert_names_resource_and_fix(found, f"{wave.name} is applied only after Job gpu-operator/gpu-stack-gate-canary", "pools train-a100")
 
 
 # --- mig-layout-fits-gpu -------------------------------------------------------------------------------------
@@ -405,20 +405,21 @@ def test_a_device_plugin_listing_devices_by_envvar_under_cdi_is_refused():
     )
 
 
-def test_cdi_runtime_classes_exist_exactly_with_cdi():
+def test_cdi_runtime_classes_exist_with_cdi_and_serve_no_operand_without_it():
     found = messages(removed(render_stack("prod-managed"), "RuntimeClass", "nvidia-cdi"), "cdi-consistency")
     assert_names_resource_and_fix(found, "RuntimeClass nvidia-cdi is missing")
 
+    # Without CDI the classes stay (workloads name them; turning CDI off must not delete them), but no operand of
+    # the stack may use one: the toolkit configures no handler for it.
     without_cdi = render(with_config("prod-managed", toolkit={"cdi": False}))
+    assert {"nvidia-cdi", "nvidia-legacy"} <= set(objects(without_cdi, "RuntimeClass"))
+    assert messages(without_cdi, "cdi-consistency") == []
 
-    def add_cdi_class(broken: Recording) -> None:
-        legacy = copy.deepcopy(registration(broken, "RuntimeClass", "nvidia"))
-        legacy.urn, legacy.name = legacy.urn[: -len("nvidia")] + "nvidia-cdi", "nvidia-cdi"
-        legacy.inputs["metadata"]["name"] = legacy.inputs["handler"] = "nvidia-cdi"
-        broken.registrations.append(legacy)
+    def use_cdi_class(broken: Recording) -> None:
+        pod_spec(broken, "DaemonSet", "nvidia-dcgm-exporter")["runtimeClassName"] = "nvidia-cdi"
 
-    found = messages(edited(without_cdi, add_cdi_class), "cdi-consistency")
-    assert_names_resource_and_fix(found, "RuntimeClass nvidia-cdi exists while the toolkit", "runs without CDI")
+    found = messages(edited(without_cdi, use_cdi_class), "cdi-consistency")
+    assert_names_resource_and_fix(found, "nvidia-dcgm-exporter uses RuntimeClass nvidia-cdi (handler 'nvidia-cdi')", "toolkit configures nvidia")
 
 
 def test_crio_in_hook_mode_configures_no_runtime_handler_for_operands():
@@ -558,3 +559,24 @@ def test_a_rendered_pod_requesting_gpus_counts_for_its_own_namespace():
 
     found = messages(quota(edited(render_stack("dev"), request), {"requests.nvidia.com/gpu": "8"}), "gpu-quota")
     assert_names_resource_and_fix(found, "Job gpu-operator/gpu-stack-validation requests nvidia.com/gpu.shared", "requests.nvidia.com/gpu.shared")
+
+
+# --- protected-objects ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, name", [("Namespace", "gpu-operator"), ("RuntimeClass", "nvidia-cdi"), ("DeviceClass", "gpu.nvidia.com")])
+def test_what_running_pods_stand_on_must_be_protected(kind, name):
+    stack = render_stack("dra")
+    assert messages(stack, "protected-objects") == []
+
+    def unprotect(broken: Recording) -> None:
+        registration(broken, kind, name).protect = False
+
+    found = messages(edited(stack, unprotect), "protected-objects")
+    assert_names_resource_and_fix(found, f"{kind} {name}" if kind != "Namespace" else f"Namespace {name}", "without protect")
+
+
+def test_the_compute_domain_crds_are_protected_with_the_objects_workloads_create():
+    stack = render_stack("dra")
+    crds = [r for r in stack.registrations if r.inputs.get("kind") == "CustomResourceDefinition"]
+    assert crds and all(r.protect and r.retain_on_delete for r in crds)

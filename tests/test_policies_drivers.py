@@ -6,7 +6,7 @@ faulty component would have rendered them; every policy runs through the analyze
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
@@ -26,9 +26,13 @@ def driver_container(recording: Recording, name: str) -> dict:
     return next(c for c in pod_spec(recording, name)["containers"] if c["name"] == "nvidia-driver-ctr")
 
 
-def serve_pools(recording: Recording, name: str, pools: list[str]) -> None:
+def serve_pools(recording: Recording, name: str, pools: list[str], daemonsets: Optional[list[str]] = None) -> None:
+    """Make driver DaemonSet `name` select the nodes of `pools` (not yet assigned a driver DaemonSet) and those the
+    agent assigned to `daemonsets` (default: itself)."""
     terms = pod_spec(recording, name)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = pools
+    assigned, by_pool = terms["nodeSelectorTerms"]
+    assigned["matchExpressions"][0]["values"] = daemonsets or [name]
+    next(e for e in by_pool["matchExpressions"] if e["key"] == "gpu-stack/pool")["values"] = pools
 
 
 def with_gpu_model(recording: Recording, pool: str, model: str) -> Recording:
@@ -50,7 +54,8 @@ def test_every_stack_passes_the_driver_policies(stack, policy):
 
 
 def test_two_driver_daemonsets_serving_one_pool_are_refused():
-    broken = edited(render_stack("prod-managed"), lambda r: serve_pools(r, "nvidia-driver-daemonset-training", ["training-a100", "inference-l4"]))
+    both = ["nvidia-driver-daemonset-training", "nvidia-driver-daemonset-canary"]
+    broken = edited(render_stack("prod-managed"), lambda r: serve_pools(r, both[0], ["training-a100", "inference-l4"], both))
     message = only(messages(broken, "single-driver-per-node"))
     assert "DaemonSet gpu-operator/nvidia-driver-daemonset-canary and DaemonSet gpu-operator/nvidia-driver-daemonset-training" in message
     assert "pool(s) inference-l4" in message and "fix: " in message
@@ -59,7 +64,8 @@ def test_two_driver_daemonsets_serving_one_pool_are_refused():
 def test_different_kernels_keep_driver_daemonsets_apart_even_in_one_pool():
     recording = render_stack("prod-precompiled")
     fleet = "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04"
-    broken = edited(recording, lambda r: serve_pools(r, fleet, ["train-a100", "infer-l40s"]))
+    other = "nvidia-driver-daemonset-fleet-6.8.0-79-generic-ubuntu24.04"
+    broken = edited(recording, lambda r: serve_pools(r, fleet, ["train-a100", "infer-l40s"], [fleet, other]))
     assert messages(broken, "single-driver-per-node") == []
 
 

@@ -28,7 +28,17 @@ def lands_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
     terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
     if not terms:
         return True
-    return any(all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"]) for term in terms)
+    return any(all(holds(e, labels) for e in term["matchExpressions"]) for term in terms)
+
+
+def holds(requirement: dict[str, Any], labels: dict[str, str]) -> bool:
+    present = requirement["key"] in labels
+    return {
+        "In": present and labels.get(requirement["key"]) in requirement.get("values", ()),
+        "NotIn": not present or labels[requirement["key"]] not in requirement.get("values", ()),
+        "Exists": present,
+        "DoesNotExist": not present,
+    }[requirement["operator"]]
 
 
 def daemonsets_by_pool(recording) -> dict[str, set[str]]:

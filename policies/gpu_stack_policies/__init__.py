@@ -13,6 +13,7 @@ from gpu_stack_policies import (
     mig_layouts,
     precompiled_images,
     privileged,
+    protected_objects,
     rbac,
     sharing,
     single_device_allocator,
@@ -42,4 +43,5 @@ POLICIES: list[Policy] = [
     single_driver.POLICY,
     single_device_allocator.POLICY,
     upgrade_safety.POLICY,
+    protected_objects.POLICY,
 ]

@@ -8,10 +8,11 @@ A stack policy: the toolkit decides how GPUs reach containers, and every other p
   `NVIDIA_CDI_HOOK_PATH` is the toolkit's `<ROOT>/toolkit/nvidia-cdi-hook`.
 * `DEVICE_LIST_STRATEGY` is `cdi-annotations` / `cdi-cri` with CDI (the `nvidia` runtime is no longer the default,
   so `envvar` injects nothing) and `envvar` without (no CDI specs are generated).
-* RuntimeClasses `nvidia-cdi` and `nvidia-legacy` exist exactly with CDI (the toolkit configures their handlers
-  only then), and every RuntimeClass a pod of the stack uses (`runtimeClassName`, the validator's
-  `VALIDATOR_RUNTIME_CLASS`) is rendered and has a handler the toolkit configures: `nvidia` (containerd:
-  `CONTAINERD_RUNTIME_CLASS`), plus the CDI ones with CDI, none at all for cri-o in hook mode.
+* RuntimeClasses `nvidia-cdi` and `nvidia-legacy` exist with CDI (gpu-stack keeps them without CDI too, so that
+  turning CDI off never deletes a class workloads name; the toolkit configures their handlers only with CDI), and
+  every RuntimeClass a pod of the stack uses (`runtimeClassName`, the validator's `VALIDATOR_RUNTIME_CLASS`) is
+  rendered and has a handler the toolkit configures: `nvidia` (containerd: `CONTAINERD_RUNTIME_CLASS`), plus the
+  CDI ones with CDI, none at all for cri-o in hook mode.
 """
 
 from __future__ import annotations
@@ -141,12 +142,6 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
             report(
                 f"RuntimeClass {name} is missing while {ref.source} runs CDI; workloads selecting it cannot start; "
                 f"{FIX} (components/prerequisites.py)"
-            )
-        if not ref.cdi and name in runtime_classes:
-            report(
-                f"RuntimeClass {name} exists while {ref.source} runs without CDI, so its handler is not configured "
-                f"and pods selecting it fail to start; {FIX} (components/prerequisites.py)",
-                runtime_classes[name].urn,
             )
     for resource, kind, spec in pods:
         what = objects.describe(kind, resource.props, resource.name)

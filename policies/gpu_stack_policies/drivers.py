@@ -17,7 +17,6 @@ DRIVER_COMPONENT = "nvidia-driver"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 MANAGER_CONTAINER = "k8s-driver-manager"
 PRECOMPILED_LABEL = "nvidia.com/precompiled"
-WAVE_LABEL = "gpu-stack/upgrade-wave"
 DRIVER_DEPLOY_COMPONENT = "driver"
 
 
@@ -71,14 +70,9 @@ class DriverSet:
         return self.driver.env.get("KERNEL_MODULE_TYPE", "auto")
 
     @property
-    def wave(self) -> Optional[str]:
-        wave = self.template_labels.get(WAVE_LABEL)
-        return str(wave) if wave else None
-
-    @property
     def named_pools(self) -> Optional[set[str]]:
-        """The pools its `gpu-stack/pool` affinity admits; None when it does not restrict pools."""
-        return objects.required_label_values(self.spec, consts.POOL_LABEL)
+        """The pools its affinity names (`gpu-stack/pool In [...]`); None when it names none."""
+        return objects.named_label_values(self.spec, consts.POOL_LABEL)
 
     def reachable(self, pools: Iterable[objects.Pool]) -> list[objects.Pool]:
         return objects.pools_a_pod_can_reach(self.spec, pools)

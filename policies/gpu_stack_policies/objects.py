@@ -135,25 +135,6 @@ def deploy_components(spec: Mapping) -> set[str]:
     }
 
 
-def required_label_values(spec: Mapping, key: str) -> Optional[set[str]]:
-    """Values a node's `key` label may take under the pod's required node affinity (terms are ORed, the
-    expressions of a term ANDed); None when the affinity does not constrain `key`."""
-    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
-    terms = items(mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
-    allowed: set[str] = set()
-    for term in terms:
-        term_values: Optional[set[str]] = None
-        for expression in items(mapping(term).get("matchExpressions")):
-            expression = mapping(expression)
-            if expression.get("key") == key and expression.get("operator") == "In":
-                values = {str(v) for v in items(expression.get("values"))}
-                term_values = values if term_values is None else term_values & values
-        if term_values is None:
-            return None  # one term leaves `key` free, and terms are ORed
-        allowed |= term_values
-    return allowed if terms else None
-
-
 def config_map_data(props: Mapping) -> Mapping:
     return mapping(props.get("data"))
 
@@ -215,18 +196,66 @@ def is_subset(smaller: Mapping[str, str], larger: Mapping[str, str]) -> bool:
     return all(larger.get(key) == value for key, value in smaller.items())
 
 
+def named_label_values(spec: Mapping, key: str) -> Optional[set[str]]:
+    """Every value the pod's required node affinity names for `key` with `In`, in any term; None when no term
+    names `key`."""
+    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
+    terms = items(mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    named = [
+        {str(v) for v in items(mapping(e).get("values"))}
+        for term in terms
+        for e in items(mapping(term).get("matchExpressions"))
+        if mapping(e).get("key") == key and mapping(e).get("operator") == "In"
+    ]
+    return set().union(*named) if named else None
+
+
+AGENT_DECIDED = (consts.POOL_LABEL, consts.DRIVER_DAEMONSET_LABEL)
+
+
+def pool_node_labels(pool: Pool) -> dict[str, str]:
+    """The labels every node of the pool carries: its selector, and what the node agent writes for the pool."""
+    return {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
+
+
+def _may_hold(expression: Mapping, labels: Mapping[str, str]) -> bool:
+    """Whether a node with `labels` can satisfy a node selector requirement; a key the pool does not decide
+    (kernel, GFD's labels) may take any value."""
+    key, operator = str(expression.get("key")), expression.get("operator")
+    values = {str(v) for v in items(expression.get("values"))}
+    if key not in labels:
+        # The node agent decides its own labels: one it does not write for the pool is absent on its nodes.
+        return operator in ("DoesNotExist", "NotIn") if key in AGENT_DECIDED else True
+    value = labels[key]
+    return {
+        "In": value in values,
+        "NotIn": value not in values,
+        "Exists": True,
+        "DoesNotExist": False,
+    }.get(str(operator), True)
+
+
+def affinity_admits(spec: Mapping, labels: Mapping[str, str]) -> bool:
+    """Whether the pod's required node affinity can admit a node with `labels` (terms ORed, expressions ANDed)."""
+    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
+    terms = items(mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    if not terms:
+        return True
+    return any(all(_may_hold(mapping(e), labels) for e in items(mapping(term).get("matchExpressions"))) for term in terms)
+
+
 def pools_a_pod_can_reach(spec: Mapping, pools: Iterable[Pool]) -> list[Pool]:
-    """The pools whose nodes a pod may run on: the pool's agent writes every deploy label the pod requires,
-    the pool satisfies any `gpu-stack/pool` affinity, and no nodeSelector key contradicts the pool's selector.
-    Labels outside the pool's own selector (kernel, GFD's) are assumed satisfiable."""
+    """The pools whose nodes a pod may run on: the pool's agent writes every deploy label the pod requires, the
+    pod's node affinity admits the labels the pool's nodes carry (gpu-stack/pool, gpu-stack/driver, ...), and no
+    nodeSelector key contradicts the pool's selector. Labels outside the pool's own selector (kernel, GFD's) are
+    assumed satisfiable."""
     required = deploy_components(spec)
     selector = {k: v for k, v in node_selector(spec).items() if not k.startswith(consts.DEPLOY_PREFIX)}
-    allowed_pools = required_label_values(spec, consts.POOL_LABEL)
     return [
         pool
         for pool in pools
         if required <= pool.deploy_components
-        and (allowed_pools is None or pool.name in allowed_pools)
+        and affinity_admits(spec, pool_node_labels(pool))
         and selectors_compatible(selector, pool.node_selector)
     ]
 

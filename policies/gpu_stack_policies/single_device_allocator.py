@@ -53,7 +53,7 @@ class Allocator:
 
     @property
     def named_pools(self) -> Optional[set[str]]:
-        return objects.required_label_values(self.spec, consts.POOL_LABEL)
+        return objects.named_label_values(self.spec, consts.POOL_LABEL)
 
     @property
     def other_node_selector(self) -> dict[str, str]:

@@ -3,7 +3,8 @@
 A stack policy: it needs every resource with its parent and dependencies, which resource policies never see.
 
 1. Every DaemonSet belongs to a state of `components/order.py` STATE_ORDER and is applied after every object of
-   every enabled state before its own. A resource waits for its own dependencies and, because it registers only
+   every enabled state before its own (a later upgrade wave's driver DaemonSets, which wait for gates at the
+   end of the order, are left out of what the next states wait for). A resource waits for its own dependencies and, because it registers only
    after its parent did, for those of every component above it; a dependency on a component stands for all of
    the component's resources (pulumi.md §1.3). Helm releases count as objects of their state.
 2. No deadlock on the validator. Some resources wait until `nvidia-operator-validator` pods are Ready: the
@@ -24,58 +25,13 @@ from typing import Any, Iterable, Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.graph import Graph, gates_before, is_custom
 from components.order import STATE_NAMES
 
 NAME = "state-order"
 STACK_COMPONENT_TYPE = "gpu-stack:index:GpuStack"
 # What each validator check needs on its node, as the deploy label of the component providing it.
 CHECKED_COMPONENT = {"driver": "driver", "toolkit": "container-toolkit", "plugin": "device-plugin"}
-
-
-def is_custom(resource: Any) -> bool:
-    return resource.resource_type.startswith("kubernetes:") or resource.resource_type.startswith("pulumi:providers:")
-
-
-class Graph:
-    """Effective, transitive dependencies of every resource, as the engine orders them."""
-
-    def __init__(self, resources: list[Any]):
-        self.resources = resources
-        self.children: dict[str, list[Any]] = {}
-        for r in resources:
-            if r.parent is not None:
-                self.children.setdefault(r.parent.urn, []).append(r)
-        self._closure: dict[str, set[str]] = {}
-        self.by_urn = {r.urn: r for r in resources}
-
-    def custom_descendants(self, resource: Any) -> set[str]:
-        found: set[str] = set()
-        for child in self.children.get(resource.urn, []):
-            found |= {child.urn} if is_custom(child) else self.custom_descendants(child)
-        return found
-
-    def direct(self, resource: Any) -> set[str]:
-        deps = list(resource.dependencies)
-        ancestor = resource.parent
-        while ancestor is not None:
-            deps += ancestor.dependencies
-            ancestor = ancestor.parent
-        expanded: set[str] = set()
-        for dep in deps:
-            expanded |= {dep.urn} if is_custom(dep) else self.custom_descendants(dep)
-        expanded.discard(resource.urn)
-        return expanded
-
-    def closure(self, resource: Any) -> set[str]:
-        if resource.urn not in self._closure:
-            self._closure[resource.urn] = set()  # guards against cycles while visiting
-            found: set[str] = set()
-            for urn in self.direct(resource):
-                found.add(urn)
-                if urn in self.by_urn:
-                    found |= self.closure(self.by_urn[urn])
-            self._closure[resource.urn] = found
-        return self._closure[resource.urn]
 
 
 def state_of(resource: Any) -> Optional[str]:
@@ -96,7 +52,9 @@ def _check_state_order(graph: Graph, report: ReportViolation) -> None:
     objects_of: dict[str, set[str]] = {}
     for resource in graph.resources:
         state = state_of(resource)
-        if state is not None and is_custom(resource):
+        # A later upgrade wave's driver DaemonSet belongs to state-driver but waits, by design, for the gates at
+        # the end of the order; the states after state-driver wait for its first wave only.
+        if state is not None and is_custom(resource) and not gates_before(graph, resource):
             objects_of.setdefault(state, set()).add(resource.urn)
     enabled = [s for s in STATE_NAMES if s in objects_of]
     for daemonset in objects.resources_by_kind(graph.resources, "DaemonSet"):

@@ -7,8 +7,8 @@ Checked on the rendered driver DaemonSets (a stack policy, because the canary ru
   with neither, a driver swap unloads modules in use and fails, or worse, runs under them.
 * A rolling update's maxUnavailable stays within `maxUnavailablePercent` (percentages) and
   `maxUnavailableCount` (counts) of the policy config.
-* With more than one pool on a deployed driver, the driver DaemonSets belong to at least two upgrade waves
-  (label `gpu-stack/upgrade-wave`), so a gate holds the rest back until the first wave validated.
+* With more than one pool on a deployed driver, the driver DaemonSets belong to at least two upgrade waves (some
+  wait for a gate Job that others do not), so a gate holds the rest back until the first wave validated.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import drivers, objects
+from gpu_stack_policies.graph import Graph, gates_before
 
 NAME = "upgrade-safety"
 DEFAULT_MAX_PERCENT = 25
@@ -79,8 +80,10 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
                 report(f"{driver.what} {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", driver.resource.urn)
     _, pools = objects.find_pools(resources)
     deployed = drivers.driver_pools(pools)
-    waves = {driver.wave for driver in sets}
-    if sets and len(deployed) > 1 and (None in waves or len(waves) < 2):
+    graph = Graph(resources)
+    # A wave is a rank: how many gates a driver DaemonSet waits for before it may roll.
+    waves = {len(gates_before(graph, driver.resource)) for driver in sets}
+    if sets and len(deployed) > 1 and len(waves) < 2:
         names = ", ".join(p.name for p in deployed)
         report(
             f"{len(deployed)} pools ({names}) take a driver change at once: no canary wave goes first; fix: set "
