@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, importer, inventory, render, schema
+from gpustack import apiserver, diff, importer, inventory, render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
@@ -147,13 +147,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     inventory_parser.add_argument("--pool", help="judge the node against this pool only (default: every pool of its GPU model)")
     inventory_parser.add_argument("--json", action="store_true", help="machine-readable output")
     inventory_parser.set_defaults(run=cmd_inventory)
+    diff_parser = sub.add_parser("diff", help="what `pulumi up` would create, update, replace and delete, and what is dangerous")
+    diff.add_arguments(diff_parser)
+    diff_parser.set_defaults(run=lambda parsed: diff.run(parsed, resolve_stack))
     import_parser = sub.add_parser("import", help="turn a running operator's ClusterPolicy into a stack file")
     importer.add_arguments(import_parser)
     import_parser.set_defaults(run=importer.run)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ConfigError, StackFileError, PolicyConfigError) as exc:
+    except (ConfigError, StackFileError, PolicyConfigError, diff.DiffInputError) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
 

@@ -1,0 +1,350 @@
+"""What `pulumi up` would do to a live stack when the program renders `after` where it rendered `before`.
+
+The engine matches resources by URN, or by an alias of the new resource naming the old URN; an unmatched new
+resource is created, an unmatched old one deleted, a matched one updated when its inputs differ, or replaced
+when a field the provider cannot change in place differs (pulumi-kubernetes' immutable fields, the resource's
+`replaceOnChanges`). A Kubernetes object that must be replaced under the same name is deleted before its
+replacement is created (the provider cannot hold two objects of one name), so it is gone for a while; a
+protected resource refuses both delete and replace, which fails the update. On top of the engine's view this
+module judges what a change does to a running GPU cluster (`dangers`), which is what `gpustack diff` and the
+change-safety suite report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from gpustack.mockrun import Recording, Registration
+from gpustack.render import integral
+
+CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
+# A gate Job replaced is a gate run again: the point of rendering it with a digest of what it judges.
+RERUN = "rerun"
+ACTIONS = (CREATE, UPDATE, REPLACE, RERUN, DELETE)
+
+PROVIDER_TYPE = "pulumi:providers:kubernetes"
+JOB_TYPE = "kubernetes:batch/v1:Job"
+DAEMONSET_TYPE = "kubernetes:apps/v1:DaemonSet"
+DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
+DRIVER_COMPONENT = "nvidia-driver"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+
+# Fields Kubernetes (and so pulumi-kubernetes' diff) cannot change in place, by kind; metadata.name and
+# metadata.namespace for every kind. ConfigMap and Secret data count only when the provider is not told to
+# update them in place (enableConfigMapMutable / enableSecretMutable).
+IMMUTABLE: dict[str, tuple[str, ...]] = {
+    "DaemonSet": ("spec.selector",),
+    "Deployment": ("spec.selector",),
+    "ReplicaSet": ("spec.selector",),
+    "StatefulSet": ("spec.selector", "spec.serviceName", "spec.podManagementPolicy", "spec.volumeClaimTemplates"),
+    "Job": ("spec.selector", "spec.template", "spec.completions", "spec.completionMode", "spec.backoffLimitPerIndex"),
+    "Service": ("spec.clusterIP", "spec.clusterIPs"),
+    "RoleBinding": ("roleRef",),
+    "ClusterRoleBinding": ("roleRef",),
+    "RuntimeClass": ("handler",),
+    "PriorityClass": ("value",),
+    "Secret": ("type",),
+    "CustomResourceDefinition": ("spec.group", "spec.names.plural", "spec.scope"),
+    "PersistentVolumeClaim": ("spec.storageClassName", "spec.accessModes", "spec.volumeName"),
+}
+MUTABLE_WHEN = {"ConfigMap": ("enableConfigMapMutable", ("data", "binaryData")), "Secret": ("enableSecretMutable", ("data", "stringData"))}
+# What running workloads (not only the stack's own operands) stand on: deleting it breaks them.
+WORKLOAD_REFERENCED = ("Namespace", "CustomResourceDefinition", "RuntimeClass", "DeviceClass", "PriorityClass")
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str
+    urn: str  # the new URN (the old one for a delete)
+    type: str
+    kind: Optional[str]
+    identity: Optional[str]  # Kind/namespace/name of the Kubernetes object, as it is after the change
+    fields: tuple[str, ...] = ()  # top-level input paths that differ
+    reasons: tuple[str, ...] = ()  # why a replace is one; what makes it dangerous
+    old_identity: Optional[str] = None
+    aliased: bool = False  # matched through an alias: same resource, new URN
+
+    @property
+    def label(self) -> str:
+        return self.identity or self.urn.rsplit("::", 1)[-1]
+
+
+@dataclass
+class Plan:
+    changes: list[Change]
+    # Failures the engine would hit: a protected resource deleted or replaced, two resources for one object.
+    blocked: list[str] = field(default_factory=list)
+    dangers: list[tuple[str, str]] = field(default_factory=list)  # (rule, message)
+
+    def by_action(self) -> dict[str, list[Change]]:
+        grouped: dict[str, list[Change]] = {a: [] for a in ACTIONS}
+        for change in self.changes:
+            grouped[change.action].append(change)
+        return grouped
+
+    def labels(self, action: str) -> set[str]:
+        return {c.label for c in self.changes if c.action == action}
+
+
+def _kind(registration: Registration) -> Optional[str]:
+    return registration.inputs.get("kind") if registration.is_kubernetes_object else None
+
+
+def identity(registration: Registration) -> Optional[str]:
+    if not registration.is_kubernetes_object:
+        return None
+    meta = registration.inputs.get("metadata") or {}
+    namespace = meta.get("namespace")
+    name = meta.get("name") or registration.name
+    return f"{_kind(registration)}/{namespace}/{name}" if namespace else f"{_kind(registration)}/{name}"
+
+
+def _get(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _inputs(registration: Registration) -> dict[str, Any]:
+    return integral(registration.inputs)
+
+
+def _changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    """Top-level keys that differ, and for metadata and spec their keys one level down."""
+    found = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        if key in ("metadata", "spec") and isinstance(old.get(key), Mapping) and isinstance(new.get(key), Mapping):
+            inner_old, inner_new = old[key], new[key]
+            found += [f"{key}.{k}" for k in sorted(set(inner_old) | set(inner_new)) if inner_old.get(k) != inner_new.get(k)]
+        else:
+            found.append(key)
+    return tuple(found)
+
+
+def _provider_flags(recording: Recording) -> dict[str, bool]:
+    for r in recording.registrations:
+        if r.type == PROVIDER_TYPE:
+            return {k: bool(v) and str(v).lower() == "true" for k, v in r.inputs.items() if isinstance(v, (bool, str))}
+    return {}
+
+
+def _replace_reasons(old: Registration, new: Registration, flags: Mapping[str, bool]) -> list[str]:
+    if old.type != new.type:
+        return [f"type {old.type} -> {new.type}"]
+    if new.type == PROVIDER_TYPE:
+        before, after = _inputs(old).get("clusterIdentifier"), _inputs(new).get("clusterIdentifier")
+        return [f"clusterIdentifier {before} -> {after}: every object of the stack is replaced"] if before != after else []
+    old_in, new_in = _inputs(old), _inputs(new)
+    reasons = []
+    if "*" in new.replace_on_changes and old_in != new_in:
+        reasons.append("replaceOnChanges: *")
+    reasons += [f"replaceOnChanges: {p}" for p in new.replace_on_changes if p != "*" and _get(old_in, p) != _get(new_in, p)]
+    if not new.is_kubernetes_object:
+        return reasons
+    kind = _kind(new) or ""
+    for path in ("metadata.name", "metadata.namespace", *IMMUTABLE.get(kind, ())):
+        if _get(old_in, path) != _get(new_in, path):
+            reasons.append(f"{path} is immutable")
+    flag, paths = MUTABLE_WHEN.get(kind, ("", ()))
+    if paths and not flags.get(flag):
+        reasons += [f"{p} changes replace a {kind} (provider {flag} is off)" for p in paths if _get(old_in, p) != _get(new_in, p)]
+    return reasons
+
+
+def plan(before: Recording, after: Recording) -> Plan:
+    old_by_urn = before.by_urn()
+    flags = _provider_flags(after)
+    matched: dict[str, str] = {}  # new urn -> old urn
+    for r in after.registrations:
+        if r.urn in old_by_urn:
+            matched[r.urn] = r.urn
+            continue
+        for alias in r.aliases:
+            if alias in old_by_urn and alias not in matched.values():
+                matched[r.urn] = alias
+                break
+    taken = set(matched.values())
+    changes: list[Change] = []
+    blocked: list[str] = []
+    for new in after.registrations:
+        old_urn = matched.get(new.urn)
+        if old_urn is None:
+            changes.append(Change(CREATE, new.urn, new.type, _kind(new), identity(new)))
+            continue
+        old = old_by_urn[old_urn]
+        aliased = old_urn != new.urn
+        if _inputs(old) == _inputs(new) and old.type == new.type:
+            if aliased:
+                changes.append(Change(UPDATE, new.urn, new.type, _kind(new), identity(new), ("urn",), aliased=True))
+            continue
+        fields = _changed_fields(_inputs(old), _inputs(new))
+        reasons = _replace_reasons(old, new, flags)
+        if reasons:
+            action = RERUN if new.type == JOB_TYPE else REPLACE
+            if old.protect:
+                blocked.append(f"{identity(old) or old.urn} is protected and would be replaced ({'; '.join(reasons)})")
+            changes.append(Change(action, new.urn, new.type, _kind(new), identity(new), fields, tuple(reasons), identity(old), aliased))
+        else:
+            changes.append(Change(UPDATE, new.urn, new.type, _kind(new), identity(new), fields, aliased=aliased))
+    for old in before.registrations:
+        if old.urn not in taken:
+            changes.append(Change(DELETE, old.urn, old.type, _kind(old), identity(old)))
+            if old.protect:
+                blocked.append(f"{identity(old) or old.urn} is protected and would be deleted")
+    # A new resource for an object that an old one (of another URN) still holds: the create runs first and the
+    # API server answers AlreadyExists.
+    deleted = {c.identity: c for c in changes if c.action == DELETE and c.identity}
+    for change in changes:
+        if change.action == CREATE and change.identity in deleted:
+            blocked.append(
+                f"{change.identity} is created under a new URN while its old resource still holds it: AlreadyExists "
+                "(give the new resource an alias to the old URN)"
+            )
+    result = Plan(changes, blocked)
+    result.dangers = dangers(result, before, after)
+    return result
+
+
+# --- what a change does to a running GPU cluster -----------------------------------------------------------------
+
+
+def _is_driver(registration: Registration) -> bool:
+    if registration.type != DAEMONSET_TYPE:
+        return False
+    labels = (((registration.inputs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(COMPONENT_LABEL) == DRIVER_COMPONENT
+
+
+def _orphans_pods(registration: Registration) -> bool:
+    annotations = (registration.inputs.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(DELETION_PROPAGATION, "")).lower() == "orphan"
+
+
+def _pools_of(registration: Registration) -> list[str]:
+    affinity = (((registration.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get("affinity") or {}
+    terms = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    return [str(v) for term in terms for e in term.get("matchExpressions") or [] if e.get("key") == "gpu-stack/pool" for v in e.get("values") or []]
+
+
+def _template(registration: Registration) -> Any:
+    return integral(((registration.inputs.get("spec") or {}).get("template")))
+
+
+def _budget(registration: Registration) -> Any:
+    strategy = (registration.inputs.get("spec") or {}).get("updateStrategy") or {}
+    if strategy.get("type") == "OnDelete":
+        return None
+    return integral((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1))
+
+
+def _gates_before(recording: Recording, urn: str) -> frozenset[str]:
+    by_urn = recording.by_urn()
+    seen: set[str] = set()
+    todo = list(by_urn[urn].dependencies)
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in by_urn:
+            continue
+        seen.add(current)
+        todo += by_urn[current].dependencies
+    return frozenset(u for u in seen if by_urn[u].type == JOB_TYPE and "gpu-stack-gate-" in u)
+
+
+def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str, str]]:
+    """(rule, message) for every change a platform engineer must look at twice; `gpustack diff` fails on them
+    unless `--allow RULE` names the rule."""
+    found: list[tuple[str, str]] = [("blocked", message) for message in result.blocked]
+    old_by_urn, new_by_urn = before.by_urn(), after.by_urn()
+    matched_old = {}
+    for change in result.changes:
+        if change.action in (UPDATE, REPLACE, RERUN):
+            new = new_by_urn[change.urn]
+            old_urn = next((a for a in [change.urn, *new.aliases] if a in old_by_urn), change.urn)
+            matched_old[change.urn] = old_by_urn.get(old_urn)
+    for change in result.changes:
+        if change.action == REPLACE and change.type == DAEMONSET_TYPE and _is_driver(new_by_urn[change.urn]):
+            old = matched_old.get(change.urn)
+            if change.identity == change.old_identity:
+                found.append(("driver-replaced", f"{change.label} is replaced in place ({'; '.join(change.reasons)}): it is "
+                              "deleted before its replacement exists, so the driver leaves every node at once"))
+            elif old is not None and not _orphans_pods(old):
+                found.append(("driver-replaced", f"{change.old_identity} is replaced by {change.label} and deleted without "
+                              "orphan propagation: its driver pods leave every node at once"))
+        if change.action == DELETE:
+            old = old_by_urn[change.urn]
+            if _is_driver(old) and not _orphans_pods(old):
+                found.append(("driver-deleted", f"{change.label} is deleted and takes its driver pods with it on every node "
+                              "at once (it was deployed without orphan propagation)"))
+            if change.kind in WORKLOAD_REFERENCED and not old.retain_on_delete:
+                found.append(("referenced-deleted", f"{change.label} is deleted, and running workloads stand on it"))
+        if change.action == REPLACE and change.kind in WORKLOAD_REFERENCED:
+            found.append(("referenced-deleted", f"{change.label} is replaced (deleted, then created), and running "
+                          "workloads stand on it"))
+    found += _budget_dangers(result, before, after, matched_old)
+    return found
+
+
+def _budget_dangers(result: Plan, before: Recording, after: Recording, matched_old: Mapping[str, Optional[Registration]]) -> list[tuple[str, str]]:
+    """Driver DaemonSets whose pods roll in one go, with no gate between them: their budgets add up."""
+    new_by_urn = after.by_urn()
+    rolling: dict[frozenset[str], list[Registration]] = {}
+    for change in result.changes:
+        if change.action != UPDATE or change.type != DAEMONSET_TYPE:
+            continue
+        new, old = new_by_urn[change.urn], matched_old.get(change.urn)
+        if not _is_driver(new) or old is None or _template(old) == _template(new) or _budget(new) is None:
+            continue
+        rolling.setdefault(_gates_before(after, change.urn), []).append(new)
+    found = []
+    for daemonsets in rolling.values():
+        if len(daemonsets) < 2:
+            continue
+        budgets = [_budget(d) for d in daemonsets]
+        names = ", ".join(sorted(str((d.inputs.get("metadata") or {}).get("name")) for d in daemonsets))
+        pools = sorted({p for d in daemonsets for p in _pools_of(d)})
+        found.append(
+            (
+                "wave-over-budget",
+                f"{len(daemonsets)} driver DaemonSets roll in one wave ({names}; pools {', '.join(pools) or 'all'}), each "
+                f"with maxUnavailable {budgets[0]}: up to {_sum_budgets(budgets)} nodes out of service at once, more than "
+                "the upgrade's budget; put them in separate waves or give their pools one daemonSetName",
+            )
+        )
+    return found
+
+
+def _sum_budgets(budgets: Sequence[Any]) -> str:
+    if all(isinstance(b, int) for b in budgets):
+        return str(sum(budgets))
+    return " + ".join(str(b) for b in budgets)
+
+
+def summary(result: Plan) -> dict[str, int]:
+    grouped = result.by_action()
+    return {action: len(grouped[action]) for action in ACTIONS}
+
+
+def render_plan(result: Plan, *, verbose: bool = False) -> Iterable[str]:
+    """The lines `gpustack diff` prints: one per change, then what would fail and what is dangerous."""
+    symbols = {CREATE: "+", UPDATE: "~", REPLACE: "+-", RERUN: "+-", DELETE: "-"}
+    for action in ACTIONS:
+        for change in sorted(result.by_action()[action], key=lambda c: c.label):
+            detail = ""
+            if change.action in (REPLACE, RERUN):
+                detail = f" ({'; '.join(change.reasons)})"
+            elif change.action == UPDATE and change.fields:
+                detail = f" ({', '.join(change.fields[:6])}{', ...' if len(change.fields) > 6 else ''})"
+            if change.aliased:
+                detail += " [same resource, new URN]"
+            what = change.label if not verbose else f"{change.label} {change.urn}"
+            yield f"{symbols[action]:>2} {action:<7} {what}{detail}"
+    for message in result.blocked:
+        yield f"!! pulumi up would fail: {message}"
+    for rule, message in result.dangers:
+        if rule != "blocked":
+            yield f"!! dangerous [{rule}]: {message}"

@@ -1,0 +1,114 @@
+"""`python -m gpustack diff`: the change-safety engine as a command for PR review, against a stack file or a git
+ref of the repository (rendered by that commit's own program, in a process of its own)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gpustack.__main__ as cli
+from gpustack import diff
+from stacktest import ROOT, stack_document
+
+
+def write_stack(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def edited_stack(tmp_path: Path, stack: str, edit) -> Path:
+    document = stack_document(stack)
+    edit(document["config"])
+    return write_stack(tmp_path / f"Pulumi.{stack}.yaml", document)
+
+
+def run(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["diff", *args])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_the_same_stack_changes_nothing(capsys):
+    code, out = run(capsys, "--stack", "prod-managed", "--base", str(ROOT / "stacks" / "Pulumi.prod-managed.yaml"))
+    assert code == 0 and "no changes" in out and "SAFE" in out
+
+
+def test_renaming_a_wave_re_runs_the_stack_gate_and_is_safe(tmp_path, capsys):
+    renamed = edited_stack(tmp_path, "prod-managed", lambda c: c["gpu-stack:upgrade"]["waves"][0].update(name="first"))
+    code, out = run(capsys, "--stack", str(renamed), "--base", str(ROOT / "stacks" / "Pulumi.prod-managed.yaml"))
+    assert code == 0
+    assert "rerun   Job/gpu-operator/gpu-stack-validation" in out and "DaemonSet" not in out
+
+
+def test_a_wave_that_rolls_two_drivers_at_once_is_refused_unless_allowed(tmp_path, capsys):
+    switched = edited_stack(tmp_path, "prod-precompiled", lambda c: c["gpu-stack:driver"].update(kernelModuleType="auto"))
+    base = str(ROOT / "stacks" / "Pulumi.prod-precompiled.yaml")
+    code, out = run(capsys, "--stack", str(switched), "--base", base)
+    assert code == 1
+    assert "dangerous [wave-over-budget]: 2 driver DaemonSets roll in one wave" in out and "--allow wave-over-budget" in out
+    code, out = run(capsys, "--stack", str(switched), "--base", base, "--allow", "wave-over-budget")
+    assert code == 0 and "allowed: wave-over-budget" in out
+
+
+def test_a_renamed_pool_hands_its_nodes_to_a_new_daemonset_and_prints_urns(tmp_path, capsys):
+    def rename(config: dict) -> None:
+        pool = config["gpu-stack:nodePools"][0]
+        pool["name"] = "train-a100"
+        del pool["driver"]
+        config["gpu-stack:upgrade"]["waves"][1]["pools"] = ["train-a100"]
+
+    renamed = edited_stack(tmp_path, "prod-managed", rename)
+    code, out = run(capsys, "--stack", str(renamed), "--base", str(ROOT / "stacks" / "Pulumi.prod-managed.yaml"), "--urns")
+    assert code == 0, out
+    assert "+ create  DaemonSet/gpu-operator/nvidia-driver-daemonset-train-a100 urn:pulumi:" in out
+    assert "- delete  DaemonSet/gpu-operator/nvidia-driver-daemonset-training" in out
+
+
+def test_a_stack_the_program_refuses_exits_2_naming_the_key(tmp_path, capsys):
+    broken = edited_stack(tmp_path, "dev", lambda c: c["gpu-stack:daemonsets"].update(maxUnavailable="1") if "gpu-stack:daemonsets" in c else c.update({"gpu-stack:daemonsets": {"maxUnavailable": "1"}}))
+    code, out = run(capsys, "--stack", str(broken), "--base", str(ROOT / "stacks" / "Pulumi.dev.yaml"))
+    assert code == cli.EXIT_CONFIG and "gpu-stack:daemonsets.maxUnavailable" in out
+
+
+def test_an_unknown_ref_exits_2(capsys):
+    code, out = run(capsys, "--stack", "dev", "--base", "no-such-ref-anywhere")
+    assert code == cli.EXIT_CONFIG and "no-such-ref-anywhere" in out
+
+
+@pytest.fixture(scope="module")
+def repository_copy(tmp_path_factory) -> Path:
+    """This working tree committed into a repository of its own, so a git ref holds today's program whatever the
+    test machine's history is."""
+    repo = tmp_path_factory.mktemp("repo")
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        source = ROOT / name
+        if source.is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, repo / name)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)
+    return repo
+
+
+def test_a_git_ref_is_rendered_by_that_commits_own_program(repository_copy, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(diff, "PROJECT_DIR", repository_copy)
+    code, out = run(capsys, "--stack", "dev", "--base", "HEAD")
+    assert code == 0 and "diff dev: HEAD" in out and "no changes" in out
+    bumped = edited_stack(tmp_path, "dev", lambda c: c.setdefault("gpu-stack:versions", {}).update(driver="595.200.01"))
+    code, out = run(capsys, "--stack", str(bumped), "--base", "HEAD")
+    assert code == 0 and "~ update  DaemonSet/gpu-operator/nvidia-driver-daemonset (spec.template)" in out
+
+
+def test_a_stack_new_at_the_ref_is_created_whole(repository_copy, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(diff, "PROJECT_DIR", repository_copy)
+    fresh = write_stack(tmp_path / "Pulumi.brand-new.yaml", stack_document("dev"))
+    code, out = run(capsys, "--stack", str(fresh), "--base", "HEAD")
+    assert code == 0 and "does not exist at HEAD: everything is created" in out and " - delete" not in out
