@@ -54,7 +54,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from components import naming  # noqa: E402
+from components.kit import naming  # noqa: E402
 from components.config import stack_file_config  # noqa: E402
 from gpustack.mockrun import Recording, run_program  # noqa: E402
 from gpustack.render import kubernetes_object  # noqa: E402

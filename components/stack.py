@@ -12,40 +12,41 @@ from typing import Callable, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import catalog
-from components._k8s import Images, Later, Operands, image_ref
+from components.catalogs import catalog
+from components.kit.builders import Images, Later, Operands, image_ref
 from components.config import ServiceMonitorSettings, StackConfig
-from components import dcgm_metrics, sharing
-from components.dcgm import REMOTE_HOSTENGINE, Dcgm
-from components.dcgm_exporter import DcgmExporter
-from components.device_plugin import DevicePlugin
-from components.driver import Driver, Sidecars, ValidatedFiles, plan_targets
-from components.dra_driver import DraDriver, example_claim_templates, resource_api_version
-from components.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
-from components.dra_validator import DraValidator
-from components.driver_waves import DriverWaves
-from components.gfd import GpuFeatureDiscovery
-from components.cc_manager import CcManager
-from components.kata_device_plugin import KataDevicePlugin
-from components.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
-from components.mig_manager import MigManager
-from components.monitoring import StackMonitoring
-from components.mps import MpsControlDaemon
-from components.node_inventory import NodeInventory
-from components.node_status_exporter import NodeStatusExporter
-from components.nfd import NodeFeatureDiscovery
-from components.node_labeler import NodeLabeler, Removal
-from components.order import STATE_ORDER
-from components.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS, PreRequisites, RegistryLogin
-from components.sandbox_device_plugin import SandboxDevicePlugin
-from components.sandbox_validator import SandboxValidator
-from components.toolkit import ContainerToolkit, runtime_files
-from components.validation_gate import ValidationGate
-from components.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
-from components.validator import ready_files as validator_ready_files
-from components.vfio_manager import VfioManager
-from components.vgpu_device_manager import VgpuDeviceManager
-from components.vgpu_manager import VgpuManager
+from components.catalogs import dcgm_metrics
+from components.kit import sharing
+from components.states.dcgm import REMOTE_HOSTENGINE, Dcgm
+from components.states.dcgm_exporter import DcgmExporter
+from components.states.device_plugin import DevicePlugin
+from components.states.driver import Driver, Sidecars, ValidatedFiles, plan_targets
+from components.states.dra_driver import DraDriver, example_claim_templates, resource_api_version
+from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
+from components.states.dra_validator import DraValidator
+from components.kit.waves import DriverWaves
+from components.states.gfd import GpuFeatureDiscovery
+from components.states.cc_manager import CcManager
+from components.states.kata_device_plugin import KataDevicePlugin
+from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
+from components.states.mig_manager import MigManager
+from components.states.monitoring import StackMonitoring
+from components.states.mps import MpsControlDaemon
+from components.kit.node_inventory import NodeInventory
+from components.states.node_status_exporter import NodeStatusExporter
+from components.states.nfd import NodeFeatureDiscovery
+from components.kit.node_labeler import NodeLabeler, Removal
+from components.states.order import STATE_ORDER
+from components.states.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS, PreRequisites, RegistryLogin
+from components.states.sandbox_device_plugin import SandboxDevicePlugin
+from components.states.sandbox_validator import SandboxValidator
+from components.states.toolkit import ContainerToolkit, runtime_files
+from components.kit.validation_gate import ValidationGate
+from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
+from components.states.validator import ready_files as validator_ready_files
+from components.states.vfio_manager import VfioManager
+from components.states.vgpu_device_manager import VgpuDeviceManager
+from components.states.vgpu_manager import VgpuManager
 
 
 def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:

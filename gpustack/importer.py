@@ -24,8 +24,12 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import yaml
 
-from components import catalog, consts, dcgm_metrics, mig_catalog, naming
-from components.driver import sanitize_kernel
+from components.catalogs import catalog
+from components.catalogs import consts
+from components.catalogs import dcgm_metrics
+from components.catalogs import mig_catalog
+from components.kit import naming
+from components.states.driver import sanitize_kernel
 from components.config import (
     NAMESPACE,
     OS_TAG,
@@ -148,7 +152,7 @@ NO_EFFECT = ("spec.cdi.default", "spec.psp", "spec.operator.defaultRuntime", "sp
 REASONS: tuple[tuple[str, str], ...] = (
     ("spec.hostPaths.*", "gpu-stack mounts the operator's default host paths (/, /run/nvidia/driver, /var/lib/kubelet) and has no key for another"),
     ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: gpu-stack does not target OpenShift"),
-    ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/prerequisites.py) and has no key to rename it"),
+    ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
     ("spec.driver.licensingConfig*", "vGPU guest licensing: gpu-stack mounts no licensing Secret or ConfigMap into the driver container"),
     ("spec.driver.repoConfig*", "gpu-stack mounts no package-repository ConfigMap into the driver container"),
@@ -1114,7 +1118,7 @@ class _Importer:
         missing = [f for f in defaults if f not in listed]
         if missing:
             self.report(where, missing, "left out by the custom file, but gpu-stack always exports its default metrics "
-                                        "(components/dcgm_metrics.py), these included")
+                                        "(components/catalogs/dcgm_metrics.py), these included")
 
     def _components(self) -> None:
         s = self.spec

@@ -21,7 +21,9 @@ from typing import Any, Callable, Mapping, Optional, TextIO
 
 import yaml
 
-from components import catalog, mig_catalog, sharing
+from components.catalogs import catalog
+from components.catalogs import mig_catalog
+from components.kit import sharing
 from components.config import DIGEST, LABEL_VALUE, MIG_LAYOUT_NAME, OS_TAG, NodePool, StackConfig
 
 AGENT_DIR = Path(__file__).resolve().parent.parent / "node_images" / "node-agent"
@@ -114,7 +116,7 @@ def _single_model(inventory: Inventory) -> str:
     gpu = inventory.gpus[0]
     if gpu.model is None:
         raise NoPoolEntry(
-            f"{gpu.name} ({gpu.pci_device_id}) is not in gpu-stack's catalog (components/catalog.py), so no pool can "
+            f"{gpu.name} ({gpu.pci_device_id}) is not in gpu-stack's catalog (components/catalogs/catalog.py), so no pool can "
             "declare it"
         )
     return gpu.model

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from components.consts import SKIP_AWAIT
+from components.catalogs.consts import SKIP_AWAIT
 from gpustack.mockrun import Recording, Registration
 
 PULUMI_INTERNAL_INPUTS = ("__defaults",)

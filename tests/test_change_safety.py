@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional
 import pytest
 
 from changesafety import EDITS, Config, loaded, waves
-from components import naming
-from components.node_labeler import pool_labels
+from components.kit import naming
+from components.kit.node_labeler import pool_labels
 from gpustack import changes
 from stacktest import STACKS, render, stack_config
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from components import catalog
+from components.catalogs import catalog
 from components.config import ConfigError, load_config
 from stacktest import bag, render, stack_config
 

@@ -13,13 +13,13 @@ from typing import Optional
 
 import pytest
 
-from components import consts
-from components import device_plugin as device_plugin_module
-from components import dra_driver as dra
-from components import dra_validator
-from components import validator as operator_validator
-from components.dra_driver import DraDriver, example_claim_templates, opt_in_required, resource_api_version
-from components.dra_validator import DraValidator, validator_problem
+from components.catalogs import consts
+from components.states import device_plugin as device_plugin_module
+from components.states import dra_driver as dra
+from components.states import dra_validator
+from components.states import validator as operator_validator
+from components.states.dra_driver import DraDriver, example_claim_templates, opt_in_required, resource_api_version
+from components.states.dra_validator import DraValidator, validator_problem
 from gpustack import schema
 from gpustack.crd_schemas import crd_validator
 from gpustack.mockrun import Recording, run_program
@@ -180,12 +180,12 @@ def test_example_claims_refuse_unknown_api_versions_and_profiles():
 PROGRAM = """
 import json
 import pulumi_kubernetes as k8s
-from components import catalog
-from components._k8s import image_ref, meta
+from components.catalogs import catalog
+from components.kit.builders import image_ref, meta
 from components.config import load_config, program_config
-from components.device_plugin import DevicePlugin
-from components.dra_driver import DraDriver
-from components.dra_validator import DraValidator
+from components.states.device_plugin import DevicePlugin
+from components.states.dra_driver import DraDriver
+from components.states.dra_validator import DraValidator
 from components.stack import operands
 
 ops = operands(load_config(program_config()))

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from components.config import load_config
-from components import naming
-from components.driver import DAEMONSET, plan_targets
+from components.kit import naming
+from components.states.driver import DAEMONSET, plan_targets
 from gpustack.render import graph, manifests_yaml
 from node_images import catalog as node_image_catalog
 from stacktest import STACKS, bag, container, env_of, objects, render, render_stack, stack_config

@@ -10,7 +10,8 @@ import pynvml
 import pytest
 
 import gpustack.__main__ as cli
-from components import catalog, mig_catalog
+from components.catalogs import catalog
+from components.catalogs import mig_catalog
 from components.config import load_config
 from gpustack import inventory
 from stacktest import ROOT, bag, stack_config
@@ -322,7 +323,7 @@ def test_no_pool_entry_for_mixed_or_unknown_gpus(monkeypatch):
     with pytest.raises(inventory.NoPoolEntry) as raised:
         inventory.suggest_pool(unknown, hostname="n1")
     assert str(raised.value) == (
-        "NVIDIA Future GPU (0x3FFF) is not in gpu-stack's catalog (components/catalog.py), so no pool can declare it")
+        "NVIDIA Future GPU (0x3FFF) is not in gpu-stack's catalog (components/catalogs/catalog.py), so no pool can declare it")
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from components import consts
-from components.cc_manager import CcManager
+from components.catalogs import consts
+from components.states.cc_manager import CcManager
 from components.config import load_config
 from gpustack import schema
 from gpustack.policyrun import pack_config

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from components import catalog
-from components.mig_catalog import (
+from components.catalogs import catalog
+from components.catalogs.mig_catalog import (
     GEOMETRY,
     Layout,
     builtin_layouts,

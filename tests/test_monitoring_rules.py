@@ -14,9 +14,10 @@ import re
 
 import pytest
 
-from components import dcgm_metrics, monitoring_rules
-from components.dcgm_metrics import DEFAULT_METRICS, Metric, exported_metric_names, metrics_csv, parse_metrics_csv
-from components.monitoring_rules import (
+from components.catalogs import dcgm_metrics
+from components.catalogs import monitoring_rules
+from components.catalogs.dcgm_metrics import DEFAULT_METRICS, Metric, exported_metric_names, metrics_csv, parse_metrics_csv
+from components.catalogs.monitoring_rules import (
     EXTERNAL_METRICS,
     AlertThresholds,
     alert_groups,

@@ -8,7 +8,9 @@ import json
 
 import yaml
 
-from components import dcgm_metrics, mig_catalog, monitoring_rules
+from components.catalogs import dcgm_metrics
+from components.catalogs import mig_catalog
+from components.catalogs import monitoring_rules
 from stacktest import container, env_of, objects, render, render_stack, stack_config
 
 

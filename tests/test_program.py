@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components.order import STATE_NAMES
+from components.states.order import STATE_NAMES
 from gpustack.mockrun import Recording, Registration
 from gpustack.render import effective_dependencies, transitive_dependencies
 from stacktest import ROOT, STACKS, container, env_of, objects, render, render_stack, stack_config

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from components import consts
+from components.catalogs import consts
 from components.config import load_config
 from gpustack import schema
 from gpustack.mockrun import run_program
@@ -133,7 +133,7 @@ def test_default_workload_reaches_the_check():
 SANDBOX_VALIDATOR_PROGRAM = """
 from components.config import load_config, program_config
 from components.stack import operands
-from components.sandbox_validator import SandboxValidator
+from components.states.sandbox_validator import SandboxValidator
 
 SandboxValidator("state-sandbox-validation", ops=operands(load_config(program_config())), cc_manager=True, vgpu=True,
                  default_workload="vm-vgpu")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from components.config import ConfigError, load_config
-from components.prerequisites import REGISTRY_SECRET, RegistryLogin, docker_config
+from components.states.prerequisites import REGISTRY_SECRET, RegistryLogin, docker_config
 from gpustack import render as rendering
 from gpustack import schema
 from gpustack.__main__ import main

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import catalog, consts, vgpu_catalog
+from components.catalogs import catalog
+from components.catalogs import consts
+from components.catalogs import vgpu_catalog
 from components.config import load_config
-from components.vgpu_catalog import BOARDS, parse_type
+from components.catalogs.vgpu_catalog import BOARDS, parse_type
 from gpustack import schema
 from gpustack.mockrun import run_program
 from gpustack.policyrun import pack_config
@@ -66,8 +68,8 @@ PROGRAM = """
 import pulumi
 from components.config import load_config, program_config
 from components.stack import kubernetes_provider, operands
-from components.vgpu_device_manager import VgpuDeviceManager
-from components.vgpu_manager import VgpuManager
+from components.states.vgpu_device_manager import VgpuDeviceManager
+from components.states.vgpu_manager import VgpuManager
 
 cfg = load_config(program_config())
 ops = operands(cfg)
@@ -302,7 +304,7 @@ def test_config_map_holds_the_operators_document(devices_document):
 @pytest.mark.parametrize(
     "pci_id, expected",
     [
-        # PCI ids of catalog models (components/catalog.py)
+        # PCI ids of catalog models (components/catalogs/catalog.py)
         ("0x20B5", [{"A100D-40C": 2}]),  # A100-80GB PCIe
         ("0x20B2", [{"A100DX-40C": 2}]),  # A100-80GB SXM4
         ("0x1EB8", [{"T4-8Q": 2}]),

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from components.catalog import kubevirt_resource_name
-from components.kubevirt import permitted_mediated_devices
+from components.catalogs.catalog import kubevirt_resource_name
+from components.states.kubevirt import permitted_mediated_devices
 from components.config import ConfigError, load_config
 from stacktest import bag, objects, render, render_stack, stack_config
 

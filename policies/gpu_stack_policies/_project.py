@@ -3,7 +3,7 @@
 The Pulumi CLI runs the pack from `policies/` in its own virtualenv (pulumi, pulumi-policy and PyYAML only), so
 `components` is not on its path. The pack reads the same facts the program is built from instead of a copy
 that could drift: the GPU model catalog, the MIG geometry, the deploy labels per workload type and the state
-order. Those modules (`components/catalog.py`, `mig_catalog.py`, `consts.py`, `order.py`) import nothing but
+order. Those modules (`components/catalogs/catalog.py`, `mig_catalog.py`, `consts.py`, `order.py`) import nothing but
 the standard library and each other; modules that need pulumi_kubernetes or pydantic are never imported here.
 """
 

@@ -76,7 +76,7 @@ def _reference(pods: list[Pod], report: ReportViolation) -> Optional[Reference]:
                 report(
                     f"{what}: container {container.name!r} has CDI_ENABLED={env.get('CDI_ENABLED', 'unset')} but "
                     f"NVIDIA_CONTAINER_RUNTIME_MODE={env.get('NVIDIA_CONTAINER_RUNTIME_MODE', 'unset')}; {FIX} "
-                    "(components/toolkit.py toolkit_env)",
+                    "(components/states/toolkit.py toolkit_env)",
                     resource.urn,
                 )
             hook_mode = env.get("RUNTIME") == "crio" and env.get("CRIO_CONFIG_MODE") == "hook"
@@ -124,13 +124,13 @@ def _check_operands(pods: list[Pod], ref: Reference, report: ReportViolation) ->
                 report(
                     f"{subject} has DEVICE_LIST_STRATEGY={listed} while {ref.source} runs CDI, where the nvidia runtime "
                     f"is not the default, so the devices it lists are never injected; {FIX} "
-                    "(components/device_plugin.py plugin_env: cdi-annotations,cdi-cri)",
+                    "(components/states/device_plugin.py plugin_env: cdi-annotations,cdi-cri)",
                     resource.urn,
                 )
             if not ref.cdi and strategies & CDI_STRATEGIES:
                 report(
                     f"{subject} has DEVICE_LIST_STRATEGY={listed} while {ref.source} runs without CDI, so no CDI spec "
-                    f"exists for the devices it names; {FIX} (components/device_plugin.py plugin_env: envvar)",
+                    f"exists for the devices it names; {FIX} (components/states/device_plugin.py plugin_env: envvar)",
                     resource.urn,
                 )
 
@@ -141,7 +141,7 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
         if ref.cdi and name not in runtime_classes:
             report(
                 f"RuntimeClass {name} is missing while {ref.source} runs CDI; workloads selecting it cannot start; "
-                f"{FIX} (components/prerequisites.py)"
+                f"{FIX} (components/states/prerequisites.py)"
             )
     for resource, kind, spec in pods:
         what = objects.describe(kind, resource.props, resource.name)
@@ -151,7 +151,7 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
             runtime_class = runtime_classes.get(name)
             if runtime_class is None:
                 report(
-                    f"{what} uses RuntimeClass {name}, which the stack does not render; {FIX} (components/prerequisites.py)",
+                    f"{what} uses RuntimeClass {name}, which the stack does not render; {FIX} (components/states/prerequisites.py)",
                     resource.urn,
                 )
                 continue

@@ -2,7 +2,7 @@
 
 A stack policy: a driver DaemonSet's pools are the ones it can reach (its deploy label, node selector and
 `gpu-stack/pool` affinity against the node labeller's document), each pool names its GPU model, and
-components/catalog.py says which branches and kernel modules run that model (first branch per NVIDIA's open
+components/catalogs/catalog.py says which branches and kernel modules run that model (first branch per NVIDIA's open
 kernel modules' Compatible GPUs table, last branch for Volta; open modules only on Grace Hopper and Blackwell,
 proprietary only before Turing). The branch is read from the image tag; a digest names no branch and is
 reported as unverifiable. GPUDirect Storage from nvidia-fs 2.17.5 needs the open modules as well (fact sheet
@@ -16,7 +16,7 @@ import re
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import drivers, objects
-from components import catalog
+from components.catalogs import catalog
 
 NAME = "driver-supports-gpu"
 GDS_CONTAINER = "nvidia-fs"
@@ -56,7 +56,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         for pool in reached:
             model = catalog.GPU_MODELS.get(pool.gpu_model or "")
             if model is None:
-                report(f"{driver.what} serves pool {pool.name!r}, whose GPU model {pool.gpu_model!r} is not in components/catalog.py; fix: name a known gpuModel", urn)
+                report(f"{driver.what} serves pool {pool.name!r}, whose GPU model {pool.gpu_model!r} is not in components/catalogs/catalog.py; fix: name a known gpuModel", urn)
                 continue
             support = catalog.DRIVER_SUPPORT[model.name]
             problem = support.branch_problem(int(branch))

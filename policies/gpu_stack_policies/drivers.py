@@ -1,7 +1,7 @@
 """The driver DaemonSets of a rendered stack, read the way the driver policies need them.
 
 A driver DaemonSet is recognised by what every one of them carries, whatever its name: the pod label
-`app.kubernetes.io/component: nvidia-driver` and the `nvidia-driver-ctr` container (components/driver.py).
+`app.kubernetes.io/component: nvidia-driver` and the `nvidia-driver-ctr` container (components/states/driver.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from gpu_stack_policies import objects
-from components import consts
+from components.catalogs import consts
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"

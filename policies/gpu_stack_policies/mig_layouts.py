@@ -4,11 +4,11 @@ A stack policy: the layout a pool's nodes get is the node labeller's `nvidia.com
 document), and what that layout means is the mig-parted document the MIG manager mounts (its ConfigMap). For
 every pool with the label:
 
-* the pool's GPU model is MIG-capable (components/catalog.py); on other GPUs the MIG manager can only fail;
+* the pool's GPU model is MIG-capable (components/catalogs/catalog.py); on other GPUs the MIG manager can only fail;
 * the MIG manager's document has the layout, with an entry whose device filter matches the model's PCI ids
   (or no filter), otherwise the MIG manager leaves those GPUs as they are while the pool advertises MIG
   resources;
-* every matching MIG-enabled entry fits the model (components/mig_catalog.py `check_devices`: known profiles,
+* every matching MIG-enabled entry fits the model (components/catalogs/mig_catalog.py `check_devices`: known profiles,
   per-GPU counts, compute and memory slices).
 
 Without a MIG manager in the stack only `all-disabled` is harmless (MIG stays as the node has it).
@@ -22,7 +22,9 @@ import yaml
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
-from components import catalog, consts, mig_catalog
+from components.catalogs import catalog
+from components.catalogs import consts
+from components.catalogs import mig_catalog
 
 NAME = "mig-layout-fits-gpu"
 MIG_CONFIGS = "mig-configs"
@@ -79,7 +81,7 @@ def _check_pool(pool: objects.Pool, layouts: Mapping, document_name: Optional[st
     subject = f"{where}: pool {pool.name!r} ({model or 'no gpuModel'}) gets {consts.MIG_CONFIG}={layout}"
     known = catalog.GPU_MODELS.get(model or "")
     if known is None:
-        report(f"{subject}, but {model!r} is not a model of components/catalog.py; fix: set nodePools[].gpuModel to one")
+        report(f"{subject}, but {model!r} is not a model of components/catalogs/catalog.py; fix: set nodePools[].gpuModel to one")
         return
     if not known.mig_capable or model not in mig_catalog.GEOMETRY:
         report(
@@ -104,7 +106,7 @@ def _check_pool(pool: objects.Pool, layouts: Mapping, document_name: Optional[st
         report(
             f"{subject}, but no entry of that layout in ConfigMap {document_name} matches {model}'s PCI ids "
             f"({', '.join(sorted(own_ids))}), so the MIG manager leaves its GPUs as they are; fix: add an entry for "
-            f"{model} (components/mig_catalog.py mig_parted_config) or pick another layout ({_fits_hint(model)})"
+            f"{model} (components/catalogs/mig_catalog.py mig_parted_config) or pick another layout ({_fits_hint(model)})"
         )
         return
     for entry in matching:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from gpu_stack_policies import _project  # noqa: F401  (puts the repository root on sys.path)
-from components import consts
+from components.catalogs import consts
 
 KUBERNETES_PREFIX = "kubernetes:"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"

@@ -3,7 +3,7 @@
 The namespace holds every operand (the driver pods among them); a CustomResourceDefinition takes every object of
 its kind with it (a workload's ComputeDomains); workloads name RuntimeClasses, DeviceClasses and PriorityClasses.
 Deleting one of them, or replacing it (which deletes it first), breaks pods that gpu-stack does not own. Such an
-object must be registered with `protect` (components/_k8s.py `kept`, which also sets `retain_on_delete`): an
+object must be registered with `protect` (components/kit/builders.py `kept`, which also sets `retain_on_delete`): an
 edit that would delete or replace it then fails `pulumi up` and `pulumi preview`, and nothing is removed until
 someone unprotects it on purpose. The policy sees `protect` only: the engine does not hand `retainOnDelete` to
 policy packs.
@@ -26,7 +26,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     what = objects.describe(kind, args.props, args.name)
     report(
         f"{what} is registered without protect: a config edit that removes or replaces it deletes what running pods "
-        "stand on; fix: register it with components/_k8s.py kept(opts) (protect and retain_on_delete)"
+        "stand on; fix: register it with components/kit/builders.py kept(opts) (protect and retain_on_delete)"
     )
 
 

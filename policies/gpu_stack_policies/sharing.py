@@ -28,7 +28,8 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
-from components import consts, mig_catalog
+from components.catalogs import consts
+from components.catalogs import mig_catalog
 
 NAME = "sharing-sane"
 MIN_REPLICAS = 2
@@ -97,7 +98,7 @@ def _documents(config_map: Any, report: ReportViolation) -> dict[str, Mapping]:
             document = yaml.safe_load(str(raw))
         except yaml.YAMLError as error:
             what = objects.describe("ConfigMap", config_map.props)
-            report(f"{what}: key {key!r} is not YAML ({error}); fix: render it from components/sharing.py", config_map.urn)
+            report(f"{what}: key {key!r} is not YAML ({error}); fix: render it from components/kit/sharing.py", config_map.urn)
             continue
         documents[str(key)] = objects.mapping(document)
     return documents
@@ -135,7 +136,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         if config_map is None:
             report(
                 f"{reader.what} reads its device-plugin config from ConfigMap {reader.config_map or '(no volume)'}, which "
-                "the stack does not render; fix: render nvidia-device-plugin-configs (components/device_plugin.py)",
+                "the stack does not render; fix: render nvidia-device-plugin-configs (components/states/device_plugin.py)",
                 reader.resource.urn,
             )
             continue
@@ -147,7 +148,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         if reader.default_key not in documents[reader.config_map]:
             report(
                 f"{reader.what} falls back to config {reader.default_key!r}, which ConfigMap {reader.config_map} lacks; "
-                "fix: render a `default` key (components/sharing.py plugin_configs)",
+                "fix: render a `default` key (components/kit/sharing.py plugin_configs)",
                 reader.resource.urn,
             )
     if labeller is None:
@@ -175,7 +176,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
             if document is None:
                 report(
                     f"{where}: pool {pool.name!r} selects device-plugin config {key!r}, which ConfigMap {config_map} "
-                    f"(read by {', '.join(what)}) lacks; fix: render one key per sharing pool (components/sharing.py "
+                    f"(read by {', '.join(what)}) lacks; fix: render one key per sharing pool (components/kit/sharing.py "
                     "plugin_configs)",
                     labeller.urn,
                 )

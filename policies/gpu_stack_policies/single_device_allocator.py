@@ -27,10 +27,10 @@ from typing import Any, Iterable, Mapping, Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
-from components import consts
+from components.catalogs import consts
 
 NAME = "single-device-allocator"
-# The deploy components of components/device_plugin.py and components/dra_driver.py (tests compare them).
+# The deploy components of components/states/device_plugin.py and components/states/dra_driver.py (tests compare them).
 DEVICE_PLUGIN_COMPONENT = "device-plugin"
 DRA_COMPONENT = "dra-driver"
 DEVICE_PLUGIN_CONTAINER = "nvidia-device-plugin"

@@ -2,7 +2,7 @@
 
 A stack policy: it needs every resource with its parent and dependencies, which resource policies never see.
 
-1. Every DaemonSet belongs to a state of `components/order.py` STATE_ORDER and is applied after every object of
+1. Every DaemonSet belongs to a state of `components/states/order.py` STATE_ORDER and is applied after every object of
    every enabled state before its own (a later upgrade wave's driver DaemonSets, which wait for gates at the
    end of the order, are left out of what the next states wait for). A resource waits for its own dependencies and, because it registers only
    after its parent did, for those of every component above it; a dependency on a component stands for all of
@@ -26,7 +26,7 @@ from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs
 
 from gpu_stack_policies import objects
 from gpu_stack_policies.graph import Graph, gates_before, is_custom
-from components.order import STATE_NAMES
+from components.states.order import STATE_NAMES
 
 NAME = "state-order"
 STACK_COMPONENT_TYPE = "gpu-stack:index:GpuStack"
@@ -62,7 +62,7 @@ def _check_state_order(graph: Graph, report: ReportViolation) -> None:
         what = _label(daemonset)
         if state is None:
             report(
-                f"{what} belongs to no state of components/order.py STATE_ORDER, so nothing orders it against the "
+                f"{what} belongs to no state of components/states/order.py STATE_ORDER, so nothing orders it against the "
                 "other operands; fix: create it inside the component of its state (parent=the state component)",
                 daemonset.urn,
             )
@@ -80,7 +80,7 @@ def _check_state_order(graph: Graph, report: ReportViolation) -> None:
             report(
                 f"{what} (state {state}, #{STATE_NAMES.index(state) + 1}) is applied without waiting for {', '.join(late)}; "
                 "fix: build the states in STATE_ORDER in components/stack.py and pass the previous state as "
-                "depends_on down to the DaemonSet (components/_k8s.py child_opts)",
+                "depends_on down to the DaemonSet (components/kit/builders.py child_opts)",
                 daemonset.urn,
             )
 

@@ -35,7 +35,7 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
-from components import consts
+from components.catalogs import consts
 
 NAME = "one-workload-type-per-node"
 VM_TYPES = ("vm-passthrough", "vm-vgpu")
@@ -106,7 +106,7 @@ def _check_pools(pools: list[objects.Pool], where: str, report: ReportViolation)
                 f"{where}: pool {pool.name!r} is {pool.workload_type} but its nodes get the deploy labels of "
                 f"{', '.join(consts.deploy_label(c) for c in foreign)}, so those operands would run on "
                 f"{pool.workload_type} nodes; fix: the node labeller must write only the labels of "
-                f"components/consts.py DEPLOY_COMPONENTS_BY_WORKLOAD[{pool.workload_type!r}]"
+                f"components/catalogs/consts.py DEPLOY_COMPONENTS_BY_WORKLOAD[{pool.workload_type!r}]"
             )
     for i, earlier in enumerate(pools):
         for later in pools[i + 1 :]:
@@ -127,14 +127,14 @@ def _check_daemonset(props: Mapping, agnostic: set[str], report: ReportViolation
     if not selected:
         report(
             f"{what} selects no nvidia.com/gpu.deploy.<component> label, so it runs on GPU nodes of every workload "
-            "type; fix: select the deploy label of its component (components/_k8s.py operand_daemonset "
+            "type; fix: select the deploy label of its component (components/kit/builders.py operand_daemonset "
             "deploy_component), or name it in this policy's workloadAgnosticDaemonSets if it must run everywhere"
         )
     elif len(sides) > 1:
         report(
             f"{what} selects only {', '.join(consts.deploy_label(c) for c in sorted(selected))}, which nodes of "
             f"{', '.join(reachable)} all carry, so it lands on container and VM nodes alike; fix: select a deploy "
-            "label of one workload type (components/consts.py DEPLOY_COMPONENTS_BY_WORKLOAD)"
+            "label of one workload type (components/catalogs/consts.py DEPLOY_COMPONENTS_BY_WORKLOAD)"
         )
 
 
@@ -144,7 +144,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
         try:
             pools = objects.node_pools(args.props)
         except objects.PoolsDocumentError as error:
-            report(f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/node_labeler.py")
+            report(f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/kit/node_labeler.py")
             return
         if pools is not None:
             _check_pools(pools, objects.describe(kind, args.props, args.name), report)

@@ -1,0 +1,520 @@
+"""Small builders every operator state uses: metadata, RBAC sets, host-path volumes, validation gates and the
+operand DaemonSet skeleton. Each mirrors one piece of NVIDIA's `assets/state-*` files and the operator's common
+transforms (`preProcessDaemonSet`, fact sheet §1.4), so a component module reads like its asset folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.apps.v1 import DaemonSetSpecArgs, DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
+from pulumi_kubernetes.core.v1 import (
+    ConfigMapVolumeSourceArgs,
+    ContainerArgs,
+    EmptyDirVolumeSourceArgs,
+    EnvVarArgs,
+    EnvVarSourceArgs,
+    ExecActionArgs,
+    HostPathVolumeSourceArgs,
+    KeyToPathArgs,
+    LifecycleArgs,
+    LifecycleHandlerArgs,
+    LocalObjectReferenceArgs,
+    ObjectFieldSelectorArgs,
+    PodResourceClaimArgs,
+    PodSpecArgs,
+    PodTemplateSpecArgs,
+    SecurityContextArgs,
+    SELinuxOptionsArgs,
+    ServicePortArgs,
+    ServiceSpecArgs,
+    TolerationArgs,
+    VolumeArgs,
+    VolumeMountArgs,
+)
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
+from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs, RoleRefArgs, SubjectArgs
+
+from components.catalogs import consts
+from components.config import DaemonSets, ServiceMonitorSettings
+
+# --- images -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Images:
+    """Fully resolved image references for the operands, after the registry override and version catalog."""
+
+    driver_repository: str
+    driver_manager: str
+    toolkit: str
+    device_plugin: str
+    gfd: str
+    validator: str
+    dcgm: str
+    dcgm_exporter: str
+    mig_manager: str
+    sandbox_device_plugin: str
+    kata_device_plugin: str
+    cc_manager: str
+    vgpu_device_manager: str
+    node_agent: Optional[str]
+
+
+def image_ref(registry: str, path: str, version: str) -> str:
+    # The operator's ImagePath rule: a sha256 version is a digest, anything else a tag.
+    separator = "@" if version.startswith("sha256:") else ":"
+    return f"{registry}/{path}{separator}{version}"
+
+
+# --- the per-stack settings every operand shares --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operands:
+    namespace: str
+    images: Images
+    pull_secrets: tuple[str, ...]
+    daemonsets: DaemonSets
+    # None where the operator leaves runtimeClassName unset: CDI off on cri-o (OCI hook mode).
+    runtime_class: Optional[str]
+    cdi: bool
+    toolkit_install_dir: str
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+# --- metadata, env, volumes ---------------------------------------------------------------------------------
+
+
+def meta(
+    name: str,
+    namespace: Optional[str] = None,
+    labels: Optional[dict[str, str]] = None,
+    annotations: Optional[dict[str, str]] = None,
+) -> ObjectMetaArgs:
+    merged = {consts.MANAGED_BY: consts.STACK_NAME, **(labels or {})}
+    return ObjectMetaArgs(name=name, namespace=namespace, labels=merged, annotations=annotations or None)
+
+
+def env(name: str, value: str) -> EnvVarArgs:
+    return EnvVarArgs(name=name, value=value)
+
+
+def env_from_field(name: str, field_path: str) -> EnvVarArgs:
+    return EnvVarArgs(name=name, value_from=EnvVarSourceArgs(field_ref=ObjectFieldSelectorArgs(field_path=field_path)))
+
+
+NODE_NAME_ENV = env_from_field("NODE_NAME", "spec.nodeName")
+OPERATOR_NAMESPACE_ENV = env_from_field("OPERATOR_NAMESPACE", "metadata.namespace")
+
+
+def host_path(name: str, path: str, type_: Optional[str] = None) -> VolumeArgs:
+    return VolumeArgs(name=name, host_path=HostPathVolumeSourceArgs(path=path, type=type_))
+
+
+def mount(
+    name: str,
+    path: str,
+    *,
+    read_only: Optional[bool] = None,
+    propagation: Optional[str] = None,
+    sub_path: Optional[str] = None,
+) -> VolumeMountArgs:
+    return VolumeMountArgs(name=name, mount_path=path, read_only=read_only, mount_propagation=propagation, sub_path=sub_path)
+
+
+PRIVILEGED = SecurityContextArgs(privileged=True)
+PRIVILEGED_S0 = SecurityContextArgs(privileged=True, se_linux_options=SELinuxOptionsArgs(level="s0"))
+# transformValidatorSecurityContext forces uid 0 on every validator container.
+PRIVILEGED_ROOT = SecurityContextArgs(privileged=True, run_as_user=0)
+PRIVILEGED_ROOT_S0 = SecurityContextArgs(privileged=True, run_as_user=0, se_linux_options=SELinuxOptionsArgs(level="s0"))
+# For checks that only read /proc (lsmod) and write their file under /run/nvidia/validations.
+UNPRIVILEGED_ROOT = SecurityContextArgs(privileged=False, run_as_user=0)
+
+VALIDATIONS_VOLUME = host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate")
+
+
+# --- node-level ordering: init containers that wait on /run/nvidia/validations ------------------------------
+
+# Entry points of operands that need the driver wait for the validator's verdict and take its variables
+# (IS_HOST_DRIVER, NVIDIA_DRIVER_ROOT, ...) into their environment.
+SOURCE_DRIVER_READY = f"""until [ -f {consts.VALIDATIONS_DIR}/driver-ready ]; do
+  echo "waiting for the driver validation to write driver-ready"
+  sleep 5
+done
+set -o allexport
+cat {consts.VALIDATIONS_DIR}/driver-ready
+. {consts.VALIDATIONS_DIR}/driver-ready
+"""
+
+
+RUN_NVIDIA_VOLUME = host_path("run-nvidia", consts.RUN_NVIDIA, "Directory")
+
+
+def wait_for_validation(
+    image: str, ready_file: str, *, name: str = "toolkit-validation", volume: str = "run-nvidia-validations"
+) -> ContainerArgs:
+    """The shell gate NVIDIA puts in front of every operand that needs a working container stack.
+
+    `volume` is the host-path volume the asset mounts for it: `run-nvidia-validations` (the validations
+    directory) or `run-nvidia` (all of /run/nvidia, as the DCGM, GFD and MPS assets do)."""
+    path = consts.RUN_NVIDIA if volume == "run-nvidia" else consts.VALIDATIONS_DIR
+    return ContainerArgs(
+        name=name,
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["sh", "-c"],
+        args=[
+            f"until [ -f {consts.VALIDATIONS_DIR}/{ready_file} ]; do echo waiting for nvidia container stack to be setup; "
+            "sleep 5; done"
+        ],
+        security_context=PRIVILEGED_ROOT,
+        volume_mounts=[mount(volume, path, propagation="HostToContainer")],
+    )
+
+
+def validator_container(
+    name: str,
+    image: str,
+    component: str,
+    *,
+    with_wait: bool,
+    extra_env: Sequence[EnvVarArgs] = (),
+    mounts: Sequence[VolumeMountArgs],
+    security_context: SecurityContextArgs = PRIVILEGED_ROOT,
+) -> ContainerArgs:
+    """One `nvidia-validator` check (COMPONENT=...), writing its `*-ready` file for the next gate."""
+    return ContainerArgs(
+        name=name,
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["sh", "-c"],
+        args=["nvidia-validator"],
+        env=[env("WITH_WAIT", "true" if with_wait else "false"), env("COMPONENT", component), *extra_env],
+        security_context=security_context,
+        volume_mounts=list(mounts),
+    )
+
+
+def validator_main(name: str, image: str, *, withdraw: str, mounts: Sequence[VolumeMountArgs]) -> ContainerArgs:
+    """A validator DaemonSet's main container: its checks ran as init containers, so it only stays up, and when
+    stopped it removes the files `withdraw` matches under /run/nvidia/validations, taking its verdict back."""
+    return ContainerArgs(
+        name=name,
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["sh", "-c"],
+        args=["echo all validations are successful; while true; do sleep 86400; done"],
+        security_context=PRIVILEGED_ROOT,
+        lifecycle=LifecycleArgs(
+            pre_stop=LifecycleHandlerArgs(exec_=ExecActionArgs(command=["sh", "-c", f"rm -f {consts.VALIDATIONS_DIR}/{withdraw}"]))
+        ),
+        volume_mounts=list(mounts),
+    )
+
+
+# --- RBAC ---------------------------------------------------------------------------------------------------
+
+
+def rule(api_groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], names: Sequence[str] = ()) -> PolicyRuleArgs:
+    return PolicyRuleArgs(
+        api_groups=list(api_groups), resources=list(resources), verbs=list(verbs), resource_names=list(names) or None
+    )
+
+
+# Every operand Role in NVIDIA's assets grants `use` of the privileged SCC; inert outside OpenShift, kept so the
+# same stack works there.
+SCC_USE = rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"], ["privileged"])
+
+
+@dataclass
+class RbacSet:
+    service_account: k8s.core.v1.ServiceAccount
+    resources: list[pulumi.Resource]
+
+
+def rbac_set(
+    name: str,
+    namespace: str,
+    *,
+    role_rules: Sequence[PolicyRuleArgs] = (),
+    cluster_role_rules: Sequence[PolicyRuleArgs] = (),
+    labels: Optional[dict[str, str]] = None,
+    opts: pulumi.ResourceOptions,
+) -> RbacSet:
+    """ServiceAccount + Role/RoleBinding + ClusterRole/ClusterRoleBinding (each only when it has rules), all
+    named after the component and each binding only its own SA, as in Appendix B."""
+    sa = k8s.core.v1.ServiceAccount(name, metadata=meta(name, namespace, labels), opts=opts)
+    subject = [SubjectArgs(kind="ServiceAccount", name=name, namespace=namespace)]
+    bound = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[sa]))
+    resources: list[pulumi.Resource] = [sa]
+    if role_rules:
+        role = k8s.rbac.v1.Role(name, metadata=meta(name, namespace, labels), rules=list(role_rules), opts=opts)
+        role_binding = k8s.rbac.v1.RoleBinding(
+            name,
+            metadata=meta(name, namespace, labels),
+            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
+            subjects=subject,
+            opts=pulumi.ResourceOptions.merge(bound, pulumi.ResourceOptions(depends_on=[role])),
+        )
+        resources += [role, role_binding]
+    if cluster_role_rules:
+        cluster_role = k8s.rbac.v1.ClusterRole(name, metadata=meta(name, labels=labels), rules=list(cluster_role_rules), opts=opts)
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            name,
+            metadata=meta(name, labels=labels),
+            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
+            subjects=subject,
+            opts=pulumi.ResourceOptions.merge(bound, pulumi.ResourceOptions(depends_on=[cluster_role])),
+        )
+        resources += [cluster_role, binding]
+    return RbacSet(service_account=sa, resources=resources)
+
+
+# --- the operand DaemonSet ----------------------------------------------------------------------------------
+
+
+def operand_daemonset(
+    name: str,
+    ops: Operands,
+    *,
+    deploy_component: Optional[str],
+    service_account: str,
+    containers: Sequence[ContainerArgs],
+    volumes: Sequence[VolumeArgs],
+    init_containers: Sequence[ContainerArgs] = (),
+    labels: Optional[dict[str, str]] = None,
+    annotations: Optional[dict[str, str]] = None,
+    selector_labels: Optional[dict[str, str]] = None,
+    template_annotations: Optional[dict[str, str]] = None,
+    extra_node_selector: Optional[dict[str, str]] = None,
+    host_pid: Optional[bool] = None,
+    host_ipc: Optional[bool] = None,
+    host_network: Optional[bool] = None,
+    automount_token: Optional[bool] = None,
+    runtime_class: bool = False,
+    share_process_namespace: Optional[bool] = None,
+    affinity: Optional[k8s.core.v1.AffinityArgs] = None,
+    update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
+    termination_grace_period_seconds: Optional[int] = None,
+    resource_claims: Sequence[PodResourceClaimArgs] = (),
+    opts: pulumi.ResourceOptions,
+) -> k8s.apps.v1.DaemonSet:
+    """An operand DaemonSet with the operator's common transforms applied.
+
+    Every operand is `skipAwait`: ordering between components happens per node through the validation files
+    (fact sheet §1.3), and awaiting DaemonSets would hang `pulumi up` on OnDelete updates and sick nodes. Stack
+    health is reported by the validation gate instead.
+    """
+    ds = ops.daemonsets
+    selector = selector_labels or {"app": name}
+    pod_labels = {**ds.labels, **selector, **(labels or {})}
+    node_selector = {consts.deploy_label(deploy_component): "true"} if deploy_component else {}
+    node_selector.update(extra_node_selector or {})
+    if update_strategy is not None:
+        strategy = update_strategy
+    elif ds.update_strategy == "OnDelete":
+        strategy = DaemonSetUpdateStrategyArgs(type="OnDelete")
+    else:
+        strategy = DaemonSetUpdateStrategyArgs(
+            type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=ds.max_unavailable)
+        )
+    return k8s.apps.v1.DaemonSet(
+        name,
+        metadata=meta(
+            name,
+            ops.namespace,
+            {**ds.labels, **selector, **(labels or {}), **ops.extra_labels},
+            {consts.SKIP_AWAIT: "true", **ds.annotations, **(annotations or {})},
+        ),
+        spec=DaemonSetSpecArgs(
+            selector=LabelSelectorArgs(match_labels=selector),
+            update_strategy=strategy,
+            template=PodTemplateSpecArgs(
+                metadata=ObjectMetaArgs(labels=pod_labels, annotations={**ds.annotations, **(template_annotations or {})} or None),
+                spec=PodSpecArgs(
+                    node_selector=node_selector or None,
+                    tolerations=[
+                        TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in ds.tolerations
+                    ],
+                    affinity=affinity,
+                    priority_class_name=ds.priority_class_name,
+                    service_account_name=service_account,
+                    host_pid=host_pid,
+                    host_ipc=host_ipc,
+                    host_network=host_network,
+                    # hostNetwork pods keep cluster DNS only with this policy (applyHostNetworkConfig)
+                    dns_policy="ClusterFirstWithHostNet" if host_network else None,
+                    automount_service_account_token=automount_token,
+                    share_process_namespace=share_process_namespace,
+                    termination_grace_period_seconds=termination_grace_period_seconds,
+                    runtime_class_name=ops.runtime_class if runtime_class else None,
+                    resource_claims=list(resource_claims) or None,
+                    image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
+                    init_containers=list(init_containers) or None,
+                    containers=list(containers),
+                    volumes=list(volumes),
+                ),
+            ),
+        ),
+        opts=opts,
+    )
+
+
+def kept(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
+    """For what running pods stand on (the namespace, CRDs, RuntimeClasses, DeviceClasses): an edit that would
+    delete or replace it fails `pulumi up` instead (protect, which the policy pack can see and enforce), and should
+    someone unprotect it, a removal leaves it in the cluster (retain_on_delete)."""
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True, retain_on_delete=True))
+
+
+class Later:
+    """A resource the program creates further on, which an earlier resource must wait for: `depends_on` takes
+    an Output, and `output` resolves once `resolve` hands over the resource. Every Later must be resolved, or the
+    resources waiting on it never register."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._future: asyncio.Future = asyncio.get_event_loop().create_future()
+        self.output: pulumi.Output = pulumi.Output.from_input(self._future)
+
+    def resolve(self, resource: pulumi.Resource) -> None:
+        self._future.set_result(resource)
+
+    @property
+    def resolved(self) -> bool:
+        return self._future.done()
+
+
+def child_opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
+    """Children are parented to their component and carry the state-order edges themselves: a component's own
+    `depends_on` is not inherited by its children."""
+    return pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on))
+
+
+def also_after(opts: pulumi.ResourceOptions, *resources: pulumi.Resource) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(resources)))
+
+
+# --- device plugin config selection (shared by the device plugin, GFD and the MPS control daemon) ------------
+
+PLUGIN_CONFIGS_CONFIGMAP = "nvidia-device-plugin-configs"
+PLUGIN_CONFIG_FILE = "/config/config.yaml"
+AVAILABLE_CONFIGS_DIR = "/available-configs"
+DEFAULT_PLUGIN_CONFIG_KEY = "default"
+
+
+def config_manager(image: str, *, sidecar: bool, process_to_signal: str) -> ContainerArgs:
+    """NVIDIA's config-manager: copies the key named by the node's `nvidia.com/device-plugin.config` label to
+    /config/config.yaml (init) and, as a sidecar, SIGHUPs `process_to_signal` when the label changes."""
+    return ContainerArgs(
+        name="config-manager" if sidecar else "config-manager-init",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["config-manager"],
+        env=[
+            env("ONESHOT", "false" if sidecar else "true"),
+            env("KUBECONFIG", ""),
+            NODE_NAME_ENV,
+            env("NODE_LABEL", consts.DEVICE_PLUGIN_CONFIG),
+            env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
+            env("CONFIG_FILE_DST", PLUGIN_CONFIG_FILE),
+            env("DEFAULT_CONFIG", DEFAULT_PLUGIN_CONFIG_KEY),
+            env("SEND_SIGNAL", "true" if sidecar else "false"),
+            env("SIGNAL", "1" if sidecar else ""),  # SIGHUP: reload the config
+            env("PROCESS_TO_SIGNAL", process_to_signal if sidecar else ""),
+            env("FALLBACK_STRATEGIES", "empty"),
+        ],
+        security_context=PRIVILEGED if sidecar else None,
+        volume_mounts=plugin_config_mounts(),
+    )
+
+
+def plugin_config_mounts() -> list[VolumeMountArgs]:
+    return [mount("config", "/config"), mount(PLUGIN_CONFIGS_CONFIGMAP, AVAILABLE_CONFIGS_DIR)]
+
+
+def plugin_config_volumes() -> list[VolumeArgs]:
+    return [
+        VolumeArgs(name=PLUGIN_CONFIGS_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=PLUGIN_CONFIGS_CONFIGMAP)),
+        VolumeArgs(name="config", empty_dir=EmptyDirVolumeSourceArgs()),
+    ]
+
+
+def mig_env(strategy: Optional[str]) -> list[EnvVarArgs]:
+    """applyMIGConfiguration for the plugin family. `None` when a per-pool config file sets the strategy: the
+    plugin, GFD and the MPS daemon let an env var override the file (k8s-device-plugin `updateFromCLIFlag`
+    applies any flag that is set, and MIG_STRATEGY sets one), so the env must stay unset for the file to count.
+    MIG device health is monitored either way, as the operator does when it leaves the strategy to the plugin."""
+    if strategy is None:
+        return [env("NVIDIA_MIG_MONITOR_DEVICES", "all")]
+    values = [env("MIG_STRATEGY", strategy)]
+    if strategy != "none":
+        values.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+    return values
+
+
+def config_map_volume(
+    name: str,
+    *,
+    config_map: Optional[str] = None,
+    items: Optional[Sequence[tuple[str, str]]] = None,
+    mode: Optional[int] = None,
+) -> VolumeArgs:
+    """A volume of ConfigMap `config_map` (default: the volume's own name), optionally remapping keys to paths."""
+    return VolumeArgs(
+        name=name,
+        config_map=ConfigMapVolumeSourceArgs(
+            name=config_map or name,
+            default_mode=mode,
+            items=[KeyToPathArgs(key=k, path=p) for k, p in items] if items else None,
+        ),
+    )
+
+
+# --- metrics endpoints --------------------------------------------------------------------------------------
+
+
+def metrics_endpoint(
+    name: str,
+    namespace: str,
+    *,
+    port_name: str,
+    port: int,
+    monitor: Optional[ServiceMonitorSettings],
+    internal_traffic_policy: Optional[str] = None,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Service:
+    """The ClusterIP Service in front of an exporter DaemonSet (annotated for annotation-based scrapers too)
+    and, where the cluster has the Prometheus Operator, its ServiceMonitor; `job` is the Service's app label."""
+    service = k8s.core.v1.Service(
+        name,
+        metadata=meta(name, namespace, {"app": name}, {"prometheus.io/scrape": "true", "prometheus.io/port": str(port)}),
+        spec=ServiceSpecArgs(
+            selector={"app": name},
+            internal_traffic_policy=internal_traffic_policy,
+            ports=[ServicePortArgs(name=port_name, port=port, target_port=port, protocol="TCP")],
+        ),
+        opts=opts,
+    )
+    if monitor is not None:
+        k8s.apiextensions.CustomResource(
+            name,
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=meta(name, namespace, {"app": name, **monitor.additional_labels}),
+            spec={
+                "jobLabel": "app",
+                "endpoints": [
+                    {"port": port_name, "path": "/metrics", "interval": monitor.interval, "scrapeTimeout": monitor.scrape_timeout}
+                ],
+                "namespaceSelector": {"matchNames": [namespace]},
+                "selector": {"matchLabels": {"app": name}},
+            },
+            opts=also_after(opts, service),
+        )
+    return service

@@ -1,0 +1,551 @@
+"""State `state-driver`: NVIDIA's driver container, as DaemonSets planned per pool group.
+
+Objects as in GO:assets/state-driver: SA/Role/RoleBinding/ClusterRole/ClusterRoleBinding `nvidia-driver`,
+ConfigMap `nvidia-driver-startup-probe`, and driver DaemonSets with the `k8s-driver-manager` init container.
+
+Which DaemonSets (`plan_targets`): one per pool with a deployed driver, `nvidia-driver-daemonset-<pool>`, or the
+name the pool pins with `driver.daemonSetName` (pools that pin one name share that DaemonSet); without the node
+labeller the stack's one driver DaemonSet keeps the operator's name `nvidia-driver-daemonset` (components/kit/naming.py).
+Each selects its pools' nodes (`gpu-stack/pool In [...]`), so no node is selected by two of them; precompiled
+DaemonSets also select the pool's kernel. Host-driver pools have no `driver` deploy label and get none. Every
+driver DaemonSet is a child of `state-driver`, whichever upgrade wave its pools are in: waves only decide what it
+waits for, so moving a pool between waves, renaming or reordering waves never changes a DaemonSet's identity.
+
+A driver DaemonSet is deleted with orphan propagation: when a pool is renamed or removed its driver pods stay
+(drivers loaded, GPU work running) and the node agent hands each node over to its new DaemonSet, or retires it,
+at the upgrade's pace. Because DRIVER_CONFIG_DIGEST is the same when the image is, the new pod's
+k8s-driver-manager keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
+
+Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
+k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver; `manual` renders
+OnDelete. The driver container is Ready only once the node's validator wrote all its files (a readinessProbe,
+which the operator lets `driver.readinessProbe` configure): a rolling update then moves to the next node when
+this one can run GPU work again, not when its modules are merely loaded, so maxUnavailable bounds the nodes
+out of service, validation included. Nothing else reads the driver pod's readiness. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
+driver manager does the eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.core.v1 import (
+    AffinityArgs,
+    ConfigMapVolumeSourceArgs,
+    ContainerArgs,
+    ExecActionArgs,
+    LifecycleArgs,
+    LifecycleHandlerArgs,
+    NodeAffinityArgs,
+    NodeSelectorArgs,
+    NodeSelectorRequirementArgs,
+    NodeSelectorTermArgs,
+    PodAffinityTermArgs,
+    PodAntiAffinityArgs,
+    ProbeArgs,
+    VolumeArgs,
+)
+from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
+
+from components.catalogs import consts
+from components.kit import naming
+from components.kit.builders import (
+    NODE_NAME_ENV,
+    OPERATOR_NAMESPACE_ENV,
+    PRIVILEGED,
+    PRIVILEGED_S0,
+    SCC_USE,
+    Operands,
+    also_after,
+    child_opts,
+    env,
+    env_from_field,
+    host_path,
+    meta,
+    mount,
+    operand_daemonset,
+    rbac_set,
+    rule,
+)
+from components.config import NodePool, StackConfig, Upgrade
+from node_images import catalog as node_image_catalog
+
+NAME = "nvidia-driver"
+DAEMONSET = "nvidia-driver-daemonset"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+PRECOMPILED_LABEL = "nvidia.com/precompiled"
+STARTUP_PROBE_CONFIGMAP = "nvidia-driver-startup-probe"
+STARTUP_PROBE_SCRIPT = "startup-probe.sh"
+DRIVER_READY_FILE = ".driver-ctr-ready"
+DAEMONS_STATUS_FILE = ".driver-daemons-status"
+
+# The same probe contract as NVIDIA's asset: the pod is started once the module is loaded, any driver daemons
+# report Ready and nvidia-smi answers; only then is .driver-ctr-ready written for the validators.
+STARTUP_PROBE = f"""#!/bin/sh
+set -eu
+dir="{consts.VALIDATIONS_DIR}"
+ready="$dir/{DRIVER_READY_FILE}"
+daemons="$dir/{DAEMONS_STATUS_FILE}"
+mkdir -p "$dir"
+
+[ -f /sys/module/nvidia/refcnt ] || {{ echo "nvidia kernel module is not loaded yet"; exit 1; }}
+if [ -f "$daemons" ] && [ "$(cat "$daemons")" != "Ready" ]; then
+  echo "driver daemons report: $(cat "$daemons")"
+  exit 1
+fi
+nvidia-smi || {{ echo "nvidia-smi does not answer yet"; exit 1; }}
+
+# Written atomically: validators parse this file as soon as it exists.
+{{
+  echo "GDRCOPY_ENABLED: ${{GDRCOPY_ENABLED:-false}}"
+  echo "GDS_ENABLED: ${{GDS_ENABLED:-false}}"
+  echo "GPU_DIRECT_RDMA_ENABLED: ${{GPU_DIRECT_RDMA_ENABLED:-false}}"
+}} > "$ready.tmp"
+mv "$ready.tmp" "$ready"
+"""
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
+    """k8s-driver-manager's env, in the asset's order, from the stack's upgrade policy (fact sheet §5.3)."""
+    drain = upgrade.drain
+    return (
+        ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
+        ("ENABLE_GPU_POD_EVICTION", _flag(upgrade.gpu_pod_eviction)),
+        ("ENABLE_AUTO_DRAIN", _flag(drain.enabled)),
+        ("DRAIN_USE_FORCE", _flag(drain.force)),
+        ("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
+        ("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
+        ("DRAIN_DELETE_EMPTYDIR_DATA", _flag(drain.delete_empty_dir_data)),
+    )
+
+
+def update_strategy(upgrade: Upgrade) -> DaemonSetUpdateStrategyArgs:
+    if upgrade.strategy == "manual":
+        return DaemonSetUpdateStrategyArgs(type="OnDelete")
+    # maxSurge stays 0: two driver pods on one node would unload each other's modules.
+    return DaemonSetUpdateStrategyArgs(
+        type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=upgrade.max_unavailable, max_surge=0)
+    )
+
+CLUSTER_RULES = (
+    rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
+    rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
+    rule([""], ["pods"], ["get", "list", "watch"]),
+    rule([""], ["pods/eviction"], ["create"]),
+    rule(["resource.k8s.io"], ["resourceclaims"], ["get", "list"]),
+    rule(["apps"], ["daemonsets"], ["get"]),
+)
+
+VOLUMES = (
+    host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
+    host_path("var-log", "/var/log"),
+    host_path("dev-log", "/dev/log"),
+    host_path("host-os-release", "/etc/os-release"),
+    host_path("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "DirectoryOrCreate"),
+    host_path("run-nvidia-topologyd", "/run/nvidia-topologyd", "DirectoryOrCreate"),
+    host_path("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
+    host_path("run-mellanox-drivers", "/run/mellanox/drivers", "DirectoryOrCreate"),
+    host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
+    host_path("host-root", "/"),
+    host_path("host-sys", "/sys", "Directory"),
+    host_path("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+    host_path("host-sys-devices-system", "/sys/devices/system", "Directory"),
+    host_path("nv-firmware", f"{consts.DRIVER_INSTALL_DIR}/lib/firmware", "DirectoryOrCreate"),
+)
+
+
+@dataclass(frozen=True)
+class Sidecars:
+    """GPUDirect modules the driver pods build and load next to the driver (fact sheet §2.3): stack-wide, as
+    ClusterPolicy's `gds`, `gdrcopy` and `driver.rdma` are. Repositories and versions; the node's OS tag is
+    appended per DaemonSet, as for the driver image."""
+
+    gds: Optional[tuple[str, str]] = None
+    gdrcopy: Optional[tuple[str, str]] = None
+    rdma: bool = False
+    host_mofed: bool = False
+
+
+@dataclass(frozen=True)
+class ValidatedFiles:
+    """What a node's validator has written once the node works, by how the node's GPUs are handed out: DRA nodes
+    are validated by the DRA validator, whose last file is `dra-ready` rather than cuda's and the plugin's."""
+
+    device_plugin: tuple[str, ...]
+    dra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DriverTarget:
+    """One driver DaemonSet and the pools it serves (`selects_pools` false: every node with the driver deploy label,
+    in a stack without the node labeller)."""
+
+    daemonset: str
+    image: str
+    os_tag: str
+    kernel_module_type: str
+    pools: tuple[str, ...]
+    kernel: Optional[str] = None  # precompiled only
+    sidecars: Sidecars = Sidecars()
+    dra: bool = False  # its pools allocate by DRA
+    selects_pools: bool = True
+
+    def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
+        return files.dra if self.dra else files.device_plugin
+
+    @property
+    def precompiled(self) -> bool:
+        return self.kernel is not None
+
+
+def sanitize_kernel(kernel: str) -> str:
+    """The operator's getSanitizedKernelVersion: drop the arch, '_' -> '.', no trailing '.', lower case."""
+    without_arch = re.sub(r"x86_64(?:_64k)?|aarch64(?:_64k)?", "", kernel)
+    return without_arch.replace("_", ".").rstrip(".").lower()
+
+
+def managed_image(repository: str, version: str, os_tag: str) -> str:
+    # A digest already names one image; only tags get the OS suffix (resolveDriverTag).
+    return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
+
+
+def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
+    """The driver DaemonSets of a stack, in pool order: one per DaemonSet name (see the module docstring).
+    load_config guarantees that pools sharing a name share their driver."""
+    pools_of: dict[str, list[str]] = {}
+    first: dict[str, NodePool] = {}
+    for pool in cfg.driver_pools:
+        name = cfg.pool_driver(pool).daemonset
+        pools_of.setdefault(name, []).append(pool.name)
+        first.setdefault(name, pool)
+    targets = []
+    for name, pool in first.items():
+        plan = cfg.pool_driver(pool)
+        if plan.mode == "precompiled":
+            assert plan.node_image is not None  # load_config guarantees it
+            image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
+        else:
+            image = managed_image(repository, plan.version, plan.os_tag)
+        targets.append(
+            DriverTarget(
+                name,
+                image,
+                plan.os_tag,
+                plan.kernel_module_type,
+                tuple(pools_of[name]),
+                plan.kernel,
+                sidecars,
+                pool.allocation == "dra",
+                selects_pools=cfg.components.node_labeler,
+            )
+        )
+    return targets
+
+
+def config_digest(target: DriverTarget) -> str:
+    """Lets k8s-driver-manager skip an uninstall (and the GPU-pod eviction) when nothing the driver install
+    depends on changed (DRIVER_CONFIG_DIGEST, fact sheet §4.1)."""
+    material = {"image": target.image, "kernelModuleType": target.kernel_module_type}
+    if target.sidecars != Sidecars():
+        # peermem is built into the driver install with MOFED's symbols, so turning RDMA on needs a reinstall.
+        material["gpudirect"] = [*sidecar_images(target).values(), target.sidecars.rdma, target.sidecars.host_mofed]
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sidecar_images(target: DriverTarget) -> dict[str, str]:
+    images = {}
+    for name, repository_version in (("nvidia-fs-ctr", target.sidecars.gds), ("nvidia-gdrcopy-ctr", target.sidecars.gdrcopy)):
+        if repository_version is not None:
+            images[name] = managed_image(*repository_version, target.os_tag)
+    return images
+
+
+def _shell_probe(script: str, *, initial_delay: int, period: int, failures: int) -> ProbeArgs:
+    return ProbeArgs(
+        exec_=ExecActionArgs(command=["sh", "-c", script]),
+        initial_delay_seconds=initial_delay,
+        period_seconds=period,
+        failure_threshold=failures,
+        success_threshold=1,
+        timeout_seconds=10,
+    )
+
+
+# nvidia-fs and gdrdrv build against the driver's sources, which the driver container exposes under
+# /run/nvidia/driver only once its own install is done.
+AWAIT_DRIVER = (
+    f"until [ -d {consts.DRIVER_INSTALL_DIR}/usr/src ] && lsmod | grep -q '^nvidia '; do "
+    "echo 'waiting for the NVIDIA driver install'; sleep 10; done; "
+)
+PEERMEM_PROBE = "nvidia-driver probe_nvidia_peermem"
+SIDECAR_MOUNTS = (
+    mount("run-nvidia", consts.RUN_NVIDIA, propagation="HostToContainer"),
+    mount("var-log", "/var/log"),
+    mount("dev-log", "/dev/log", read_only=True),
+)
+
+
+def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
+    """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml)."""
+    sidecars = target.sidecars
+    containers = []
+    if sidecars.rdma:
+        # Runs from the driver image: it reloads nvidia_peermem whenever a MOFED reinstall unloads it.
+        containers.append(
+            ContainerArgs(
+                name="nvidia-peermem-ctr",
+                image=target.image,
+                image_pull_policy="IfNotPresent",
+                command=["nvidia-driver"],
+                args=["reload_nvidia_peermem"],
+                env=[env("USE_HOST_MOFED", "true")] if sidecars.host_mofed else None,
+                security_context=PRIVILEGED_S0,
+                volume_mounts=[
+                    mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+                    mount("var-log", "/var/log"),
+                    mount("dev-log", "/dev/log", read_only=True),
+                    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+                ],
+                startup_probe=_shell_probe(PEERMEM_PROBE, initial_delay=10, period=10, failures=120),
+                liveness_probe=_shell_probe(PEERMEM_PROBE, initial_delay=30, period=30, failures=1),
+            )
+        )
+    installers = {"nvidia-fs-ctr": ("nvidia-gds-driver", "nvidia_fs"), "nvidia-gdrcopy-ctr": ("nvidia-gdrcopy-driver", "gdrdrv")}
+    for name, image in sidecar_images(target).items():
+        installer, module = installers[name]
+        containers.append(
+            ContainerArgs(
+                name=name,
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=["bash", "-xc"],
+                args=[f"{AWAIT_DRIVER}exec {installer} install"],
+                security_context=PRIVILEGED_S0,
+                volume_mounts=list(SIDECAR_MOUNTS),
+                startup_probe=_shell_probe(f"lsmod | grep -q '^{module} '", initial_delay=10, period=10, failures=120),
+            )
+        )
+    return containers
+
+
+def gpudirect_env(sidecars: Sidecars, *, driver_container: bool) -> list:
+    """What tells the driver install (and k8s-driver-manager, which waits for MOFED) about GPUDirect; the
+    operator sets each variable only when its feature is on."""
+    wanted = []
+    if driver_container:
+        wanted += [("GDRCOPY_ENABLED", sidecars.gdrcopy is not None), ("GDS_ENABLED", sidecars.gds is not None)]
+    wanted += [("GPU_DIRECT_RDMA_ENABLED", sidecars.rdma), ("USE_HOST_MOFED", sidecars.rdma and sidecars.host_mofed)]
+    return [env(name, "true") for name, on in wanted if on]
+
+
+def driver_daemonset(
+    ops: Operands,
+    target: DriverTarget,
+    upgrade: Upgrade,
+    validated_files: ValidatedFiles,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apps.v1.DaemonSet:
+    """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`."""
+    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
+    digest = config_digest(target)
+    driver_env = [
+        NODE_NAME_ENV,
+        env_from_field("NODE_IP", "status.hostIP"),
+        env("KERNEL_MODULE_TYPE", target.kernel_module_type),
+        *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
+        *gpudirect_env(target.sidecars, driver_container=True),
+        env("DRIVER_CONFIG_DIGEST", digest),
+    ]
+    manager = ContainerArgs(
+        name="k8s-driver-manager",
+        image=ops.images.driver_manager,
+        image_pull_policy="IfNotPresent",
+        command=["driver-manager"],
+        args=["uninstall_driver"],
+        env=[
+            NODE_NAME_ENV,
+            *(env(k, v) for k, v in driver_manager_env(upgrade)),
+            OPERATOR_NAMESPACE_ENV,
+            *gpudirect_env(target.sidecars, driver_container=False),
+            env("DRIVER_CONFIG_DIGEST", digest),
+        ],
+        security_context=PRIVILEGED,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-sys", "/sys"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+        ],
+    )
+    driver = ContainerArgs(
+        name="nvidia-driver-ctr",
+        image=target.image,
+        image_pull_policy="IfNotPresent",
+        command=["nvidia-driver"],
+        args=["init"],
+        env=driver_env,
+        security_context=PRIVILEGED_S0,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+            mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+            mount("var-log", "/var/log"),
+            mount("dev-log", "/dev/log"),
+            mount("host-os-release", "/host-etc/os-release", read_only=True),
+            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+            mount("host-sys-devices-system", "/sys/devices/system"),
+            mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+            mount("nv-firmware", "/lib/firmware"),
+            mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
+        ],
+        startup_probe=ProbeArgs(
+            exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
+            # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
+            initial_delay_seconds=5 if target.precompiled else 60,
+            failure_threshold=120,
+            success_threshold=1,
+            period_seconds=10,
+            timeout_seconds=60,
+        ),
+        readiness_probe=ProbeArgs(
+            exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
+            period_seconds=10,
+            timeout_seconds=5,
+            success_threshold=1,
+            failure_threshold=1,
+        ),
+        lifecycle=LifecycleArgs(
+            pre_stop=LifecycleHandlerArgs(
+                exec_=ExecActionArgs(
+                    command=[
+                        "/bin/sh",
+                        "-c",
+                        f"rm -f {consts.VALIDATIONS_DIR}/{DRIVER_READY_FILE} {consts.VALIDATIONS_DIR}/{DAEMONS_STATUS_FILE}",
+                    ]
+                )
+            )
+        ),
+    )
+    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled)}
+    # Two driver pods on one node would unload each other's modules.
+    one_per_node = PodAntiAffinityArgs(
+        required_during_scheduling_ignored_during_execution=[
+            PodAffinityTermArgs(
+                label_selector=LabelSelectorArgs(
+                    match_expressions=[LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[NAME])]
+                ),
+                topology_key="kubernetes.io/hostname",
+            )
+        ]
+    )
+    in_pools = None
+    if target.selects_pools:
+        # Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that
+        # writes gpu-stack/driver) those of its pools. Terms are ORed, so a node never drops out of the selection
+        # while its labels catch up, and moving it to another DaemonSet is one label the agent changes at the
+        # upgrade's pace.
+        in_pools = NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
+                node_selector_terms=[
+                    NodeSelectorTermArgs(
+                        match_expressions=[
+                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="In", values=[target.daemonset])
+                        ]
+                    ),
+                    NodeSelectorTermArgs(
+                        match_expressions=[
+                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="DoesNotExist"),
+                            NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools)),
+                        ]
+                    ),
+                ]
+            )
+        )
+    return operand_daemonset(
+        target.daemonset,
+        ops,
+        deploy_component="driver",
+        service_account=NAME,
+        labels=labels,
+        # Removing a driver DaemonSet must not pull every node's driver at once: its pods stay, and the node agent
+        # hands each node to its new DaemonSet (or retires it) at the upgrade's pace.
+        annotations={consts.DELETION_PROPAGATION: "orphan"},
+        template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
+        extra_node_selector={consts.NFD_KERNEL_FULL: target.kernel} if target.kernel else None,
+        host_pid=True,
+        affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
+        update_strategy=update_strategy(upgrade),
+        init_containers=[manager],
+        containers=[driver, *gpudirect_containers(target)],
+        volumes=[
+            *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
+            VolumeArgs(
+                name="driver-startup-probe-script",
+                config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
+            ),
+        ],
+        opts=opts,
+    )
+
+
+def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
+    # peermem builds against the MOFED sources; a host install keeps them in /usr/src (ofa_kernel).
+    return host_path(volume.name, "/usr/src", "DirectoryOrCreate") if volume.name == "mlnx-ofed-usr-src" else volume
+
+
+class Driver(pulumi.ComponentResource):
+    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and every driver DaemonSet.
+
+    A DaemonSet of a later upgrade wave also waits for the gates of the wave before it (`waits_for`, resources the
+    `driver-waves` state creates further on). `ordering` is what the next state waits for: everything but those."""
+
+    daemonsets: dict[str, k8s.apps.v1.DaemonSet]
+    ordering: list[pulumi.Resource]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ops: Operands,
+        targets: Sequence[DriverTarget],
+        upgrade: Upgrade,
+        validated_files: ValidatedFiles,
+        waits_for: Optional[dict[str, Sequence[pulumi.Input[pulumi.Resource]]]] = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ):
+        super().__init__("gpu-stack:index:Driver", name, None, opts)
+        child = child_opts(self, depends_on)
+        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        probe = k8s.core.v1.ConfigMap(
+            STARTUP_PROBE_CONFIGMAP,
+            metadata=meta(STARTUP_PROBE_CONFIGMAP, ops.namespace, {"app": DAEMONSET, COMPONENT_LABEL: NAME}),
+            data={STARTUP_PROBE_SCRIPT: STARTUP_PROBE},
+            opts=child,
+        )
+        ds_opts = also_after(child, *rbac.resources, probe)
+        waits_for = waits_for or {}
+        self.daemonsets = {}
+        self.ordering = [*rbac.resources, probe]
+        for target in targets:
+            gates = list(waits_for.get(target.daemonset, ()))
+            opts_ = pulumi.ResourceOptions.merge(
+                ds_opts, pulumi.ResourceOptions(depends_on=gates, aliases=[naming.former_wave_parent()])
+            )
+            daemonset = driver_daemonset(ops, target, upgrade, validated_files, opts_)
+            self.daemonsets[target.daemonset] = daemonset
+            if not gates:
+                self.ordering.append(daemonset)
+        self.register_outputs({"daemonsets": [t.daemonset for t in targets], "images": [t.image for t in targets]})
