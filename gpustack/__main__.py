@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, importer, inventory, render, schema
+from gpustack import apiserver, diff, importer, inventory, packfacts, render, schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
@@ -128,6 +128,17 @@ def _print_violations(violations: Sequence[Violation]) -> None:
         print(f"policy {v.enforcement} {v.policy}: {v.message} ({v.urn})")
 
 
+def cmd_pack_facts(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = packfacts.stale()
+        for name in stale:
+            print(f"stale: {packfacts.FACTS_DIR / name} (run python -m gpustack pack-facts)")
+        return 1 if stale else 0
+    for name in packfacts.write():
+        print(f"wrote {packfacts.FACTS_DIR / name}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +164,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import_parser = sub.add_parser("import", help="turn a running operator's ClusterPolicy into a stack file")
     importer.add_arguments(import_parser)
     import_parser.set_defaults(run=importer.run)
+    facts_parser = sub.add_parser("pack-facts", help="refresh the policy pack's copies of the fact modules (policies/.../facts)")
+    facts_parser.add_argument("--check", action="store_true", help="only report stale copies (exit 1), write nothing")
+    facts_parser.set_defaults(run=cmd_pack_facts)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -13,7 +13,11 @@ POLICIES = {p.name: p for p in pack_policies()}
 
 
 def violations(recording: Recording, policy: str, config: Optional[dict] = None) -> list[Violation]:
-    return run_policies(recording, [POLICIES[policy]], config or {})
+    """The policy's violations; every one must tell the reader how to fix it (a `fix:` hint)."""
+    found = run_policies(recording, [POLICIES[policy]], config or {})
+    unhelpful = [v.message for v in found if "fix:" not in v.message.lower()]
+    assert not unhelpful, f"{policy} reports without a remediation hint (`fix: ...`): {unhelpful}"
+    return found
 
 
 def messages(recording: Recording, policy: str, config: Optional[dict] = None) -> list[str]:

@@ -18,6 +18,7 @@ import yaml
 from components.catalogs import catalog
 from components.catalogs import consts
 from components.catalogs import vgpu_catalog
+from components.states import vgpu_device_manager
 from components.config import load_config
 from components.catalogs.vgpu_catalog import BOARDS, parse_type
 from gpustack import schema
@@ -400,7 +401,7 @@ DEVICE_FILTER = re.compile(r"^0x[0-9A-F]{4}10DE$")
 
 
 def test_rendered_yaml_round_trips():
-    text = vgpu_catalog.render_config()
+    text = vgpu_device_manager.render_config()
     assert yaml.safe_load(text) == vgpu_catalog.devices_config()
     # hex device filters stay strings (unquoted, YAML 1.1 would read them as integers)
     assert "device-filter: '0x20B510DE'" in text

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from components.catalogs import catalog
+from . import catalog
 
 NVIDIA_VENDOR_ID = "10DE"
 GPU_RESOURCE = "nvidia.com/gpu"

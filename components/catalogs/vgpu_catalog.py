@@ -37,9 +37,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional
 
-import yaml
-
-from components.catalogs import catalog
+from . import catalog
 
 NVIDIA_VENDOR_ID = "10DE"
 SPEC_VERSION = "v1"
@@ -273,11 +271,6 @@ def vgpu_configs() -> dict[str, list[dict[str, Any]]]:
 
 def devices_config() -> dict[str, Any]:
     return {"version": SPEC_VERSION, "vgpu-configs": vgpu_configs()}
-
-
-def render_config() -> str:
-    """The `config.yaml` of `default-vgpu-devices-config`."""
-    return yaml.safe_dump(devices_config(), sort_keys=False, default_flow_style=False, width=120)
 
 
 def config_names() -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components.catalogs import consts
@@ -116,6 +117,11 @@ def device_manager(image: str, default_config: str) -> ContainerArgs:
     )
 
 
+def render_config() -> str:
+    """The `config.yaml` of `default-vgpu-devices-config`, from the catalog's document."""
+    return yaml.safe_dump(vgpu_catalog.devices_config(), sort_keys=False, default_flow_style=False, width=120)
+
+
 class VgpuDeviceManager(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
     config_map: k8s.core.v1.ConfigMap
@@ -137,7 +143,7 @@ class VgpuDeviceManager(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),
-            data={CONFIG_KEY: vgpu_catalog.render_config()},
+            data={CONFIG_KEY: render_config()},
             opts=child,
         )
         self.daemonset = operand_daemonset(

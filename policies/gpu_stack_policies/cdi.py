@@ -178,7 +178,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="The toolkit's CDI mode, the device plugin's device-list strategy and the RuntimeClasses agree.",
+    description="[critical: pods fail to start] The toolkit's CDI mode, the device plugin's device-list strategy and the RuntimeClasses agree.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

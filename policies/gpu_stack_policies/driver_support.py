@@ -16,7 +16,7 @@ import re
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import drivers, objects
-from components.catalogs import catalog
+from gpu_stack_policies.facts import catalog
 
 NAME = "driver-supports-gpu"
 GDS_CONTAINER = "nvidia-fs"
@@ -77,7 +77,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Driver branch and kernel module type support the GPUs of every pool the driver serves.",
+    description="[critical: the driver cannot run the GPU] Driver branch and kernel module type support the GPUs of every pool the driver serves.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

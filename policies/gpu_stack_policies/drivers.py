@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from gpu_stack_policies import objects
-from components.catalogs import consts
+from gpu_stack_policies.facts import consts
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"

@@ -111,7 +111,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Every namespace the stack puts GPU requests in has a ResourceQuota on those GPU resources.",
+    description="[low: capacity hygiene] Every namespace the stack puts GPU requests in has a ResourceQuota on those GPU resources.",
     enforcement_level=EnforcementLevel.ADVISORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,

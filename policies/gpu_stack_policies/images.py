@@ -136,7 +136,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="Every image is pinned by tag (not latest) or digest and comes from an allowed registry.",
+    description="[medium: supply chain] Every image is pinned by tag (not latest) or digest and comes from an allowed registry.",
     enforcement_level=EnforcementLevel.ADVISORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,

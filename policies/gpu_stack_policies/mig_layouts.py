@@ -22,9 +22,9 @@ import yaml
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
-from components.catalogs import catalog
-from components.catalogs import consts
-from components.catalogs import mig_catalog
+from gpu_stack_policies.facts import catalog
+from gpu_stack_policies.facts import consts
+from gpu_stack_policies.facts import mig_catalog
 
 NAME = "mig-layout-fits-gpu"
 MIG_CONFIGS = "mig-configs"
@@ -134,7 +134,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Each pool's MIG layout exists for its GPU model and fits it; MIG only on MIG-capable GPUs.",
+    description="[critical: the MIG manager fails the node] Each pool's MIG layout exists for its GPU model and fits it; MIG only on MIG-capable GPUs.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
-from gpu_stack_policies import _project  # noqa: F401  (puts the repository root on sys.path)
-from components.catalogs import consts
+from gpu_stack_policies.facts import consts
 
 KUBERNETES_PREFIX = "kubernetes:"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"

@@ -15,7 +15,7 @@ from typing import Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from gpu_stack_policies import drivers
-from node_images import catalog as node_image_catalog
+from gpu_stack_policies.facts.node_images import catalog as node_image_catalog
 
 NAME = "precompiled-image-exists"
 BUILD_FIX = (
@@ -36,7 +36,7 @@ def problem(driver: drivers.DriverSet, catalog: Optional[node_image_catalog.Cata
         return "selects no feature.node.kubernetes.io/kernel-version.full, so it would run one kernel's driver on any kernel; fix: render it per kernel (components/states/driver.py)"
     prefix = f"{branch}-{kernel}-"
     if not tag.startswith(prefix):
-        return f"pulls tag {tag!r} on nodes running kernel {kernel}; the tag must start {prefix!r}"
+        return f"pulls tag {tag!r} on nodes running kernel {kernel}; the tag must start {prefix!r}; fix: render it from the catalog entry of kernel {kernel}"
     os_tag = tag[len(prefix):]
     catalog = catalog or _catalog()
     entries = [e for e in catalog if e.kernel == kernel and e.os_tag == os_tag]
@@ -67,7 +67,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="Precompiled driver DaemonSets pull an image NVIDIA publishes or the team built privately.",
+    description="[critical: driver pods never start] Precompiled driver DaemonSets pull an image NVIDIA publishes or the team built privately.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

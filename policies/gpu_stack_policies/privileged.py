@@ -239,7 +239,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="Privileged containers, host namespaces and host paths only where NVIDIA's manifests need them.",
+    description="[high: security] Privileged containers, host namespaces and host paths only where NVIDIA's manifests need them.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,

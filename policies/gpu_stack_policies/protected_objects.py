@@ -32,7 +32,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="The namespace, CRDs, RuntimeClasses, DeviceClasses and PriorityClasses are protected against deletion.",
+    description="[critical: a config edit deletes what running pods stand on] The namespace, CRDs, RuntimeClasses, DeviceClasses and PriorityClasses are protected against deletion.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

@@ -83,7 +83,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="RBAC lists what each component needs: no wildcards, no cluster-admin, each ServiceAccount bound to its own role.",
+    description="[high: security] RBAC lists what each component needs: no wildcards, no cluster-admin, each ServiceAccount bound to its own role.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

@@ -28,8 +28,8 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
-from components.catalogs import consts
-from components.catalogs import mig_catalog
+from gpu_stack_policies.facts import consts
+from gpu_stack_policies.facts import mig_catalog
 
 NAME = "sharing-sane"
 MIN_REPLICAS = 2
@@ -193,7 +193,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="GPU sharing within bounds, no MPS on MIG, and every pool's device-plugin config exists.",
+    description="[medium: GPUs oversubscribed or sharing silently off] GPU sharing within bounds, no MPS on MIG, and every pool's device-plugin config exists.",
     enforcement_level=EnforcementLevel.ADVISORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
-from components.catalogs import consts
+from gpu_stack_policies.facts import consts
 
 NAME = "single-device-allocator"
 # The deploy components of components/states/device_plugin.py and components/states/dra_driver.py (tests compare them).
@@ -133,7 +133,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="No node runs both the device plugin and the DRA kubelet plugin: each pool has one GPU allocator.",
+    description="[critical: GPUs handed out twice] No node runs both the device plugin and the DRA kubelet plugin: each pool has one GPU allocator.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

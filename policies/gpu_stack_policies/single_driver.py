@@ -54,7 +54,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Driver DaemonSet selectors are disjoint, and host-driver pools get no driver DaemonSet.",
+    description="[critical: two drivers fight over one node] Driver DaemonSet selectors are disjoint, and host-driver pools get no driver DaemonSet.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

@@ -26,7 +26,7 @@ from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs
 
 from gpu_stack_policies import objects
 from gpu_stack_policies.graph import Graph, gates_before, is_custom
-from components.states.order import STATE_NAMES
+from gpu_stack_policies.facts.order import STATE_NAMES
 
 NAME = "state-order"
 STACK_COMPONENT_TYPE = "gpu-stack:index:GpuStack"
@@ -174,7 +174,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Operands are applied in the operator's state order, and nothing the validator needs waits for it.",
+    description="[critical: pulumi up hangs] Operands are applied in the operator's state order, and nothing the validator needs waits for it.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
 )

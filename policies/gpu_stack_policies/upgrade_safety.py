@@ -94,7 +94,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="Driver upgrades evict or drain GPU pods, keep maxUnavailable bounded, and start with a canary wave.",
+    description="[medium: upgrades disrupt more than they must] Driver upgrades evict or drain GPU pods, keep maxUnavailable bounded, and start with a canary wave.",
     enforcement_level=EnforcementLevel.ADVISORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,

@@ -35,7 +35,7 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
-from components.catalogs import consts
+from gpu_stack_policies.facts import consts
 
 NAME = "one-workload-type-per-node"
 VM_TYPES = ("vm-passthrough", "vm-vgpu")
@@ -156,7 +156,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 POLICY = ResourceValidationPolicy(
     name=NAME,
-    description="A GPU node runs the operands of one workload type: container or VM, never both.",
+    description="[critical: a node flips between container and VM operands] A GPU node runs the operands of one workload type: container or VM, never both.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,
