@@ -1,0 +1,196 @@
+"""The driver: stack-wide and per-pool settings, the plan a pool's nodes run, and the checks that each pool's
+driver suits its GPUs and node image, and that pools sharing a driver DaemonSet can share it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import field_validator
+
+from components.catalogs import catalog
+from components.config.base import (
+    DNS_SUBDOMAIN,
+    NAMESPACE,
+    _driver_branch,
+    _full_driver_version,
+    _Model,
+    _set_aliases,
+    node_images,
+)
+from components.config.vm import _vgpu_checks
+from node_images import catalog as node_image_catalog
+
+if TYPE_CHECKING:
+    from components.config.pools import NodePool
+    from components.config.stack import StackConfig
+
+
+DRIVER_MODES = ("managed", "host", "precompiled")
+KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")
+
+
+class Driver(_Model):
+    mode: Literal["managed", "host", "precompiled"] = "managed"
+    # Precompiled images are tagged by branch, not full version (fact sheet §4.3).
+    branch: str = catalog.IMAGES["driver"][1].split(".")[0]
+    kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
+
+    _branch = field_validator("branch")(_driver_branch)
+
+
+class PoolDriver(_Model):
+    """A pool's own driver where it differs from `gpu-stack:driver` / `gpu-stack:versions.driver`."""
+
+    mode: Optional[Literal["managed", "host", "precompiled"]] = None
+    # Full version (managed) or branch (precompiled), as the stack-wide keys.
+    version: Optional[str] = None
+    branch: Optional[str] = None
+    kernel_module_type: Optional[Literal["auto", "open", "proprietary"]] = None
+    # The driver DaemonSet's name when it is not `nvidia-driver-daemonset-<pool>`: the name it already runs under
+    # (after a pool rename, or from a stack deployed before names were stable), so that `pulumi up` updates it in
+    # place. Pools that name the same DaemonSet share it.
+    daemon_set_name: Optional[str] = None
+
+    _version = field_validator("version")(_full_driver_version)
+    _branch = field_validator("branch")(_driver_branch)
+
+    @field_validator("daemon_set_name")
+    @classmethod
+    def _daemonset_name(cls, value: Optional[str]) -> Optional[str]:
+        # The name is also the pods' `app` label value: a DNS subdomain of at most 63 characters.
+        if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 63):
+            raise ValueError(f"{value!r} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)")
+        return value
+
+
+@dataclass(frozen=True)
+class PoolDriverPlan:
+    """The driver a pool's nodes run once stack defaults and the pool's own `driver` keys are combined."""
+
+    mode: str
+    version: str  # managed: full version or digest
+    branch: str  # precompiled
+    kernel_module_type: str
+    os_tag: str
+    node_image: Optional[node_image_catalog.NodeImage]
+    # The driver DaemonSet that serves the pool (components/kit/naming.py).
+    daemonset: str
+
+    @property
+    def kernel(self) -> Optional[str]:
+        return self.node_image.kernel if self.mode == "precompiled" and self.node_image else None
+
+
+def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    """A pool's OS, node image and driver keys against its effective driver mode."""
+    problems: list[tuple[str, str]] = []
+    image = pool.image
+    if image is None and pool.os is None:
+        problems.append((f"{here}.os", "required unless nodeImage names an entry of node_images/catalog.yaml"))
+    elif image is not None and pool.os is not None and pool.os != image.os_tag:
+        problems.append((f"{here}.os", f"{pool.os!r} contradicts nodeImage {image.name!r} ({image.os_tag}); remove os"))
+    own = pool.driver
+    problems += _vgpu_checks(cfg, pool, here)
+    if pool.workload_type == "vm-passthrough" and not any(
+        catalog.kubevirt_resource_name(pci_id) for pci_id in pool.model.pci_device_ids
+    ):
+        named = sorted({m for m, model in catalog.GPU_MODELS.items() if any(catalog.kubevirt_resource_name(i) for i in model.pci_device_ids)})
+        problems.append(
+            (
+                f"{here}.gpuModel",
+                f"gpu-stack knows no KubeVirt resource name for the {pool.gpu_model}'s PCI ids, so it cannot permit "
+                f"it to VMs; vm-passthrough models: {', '.join(named)}",
+            )
+        )
+    if pool.workload_type != "container":
+        if own.model_fields_set:
+            problems.append((f"{here}.driver", f"{pool.workload_type} pools take no container driver; remove this block"))
+        return problems
+    plan = cfg.pool_driver(pool)
+    takes = {
+        "managed": {"mode", "version", "kernelModuleType", "daemonSetName"},
+        "precompiled": {"mode", "branch", "kernelModuleType", "daemonSetName"},
+        "host": {"mode"},
+    }[plan.mode]
+    for key in sorted(_set_aliases(own) - takes):
+        problems.append((f"{here}.driver.{key}", f"not used by driver mode {plan.mode!r}; it takes: {', '.join(sorted(takes))}"))
+    if plan.mode == "host":
+        return problems
+    support = pool.model.driver
+    module_problem = support.module_problem(plan.kernel_module_type)
+    chosen_type = own.kernel_module_type or cfg.driver.kernel_module_type
+    if module_problem and chosen_type == "auto" and cfg.gds_forces_open_modules:
+        problems.append(
+            (
+                f"{NAMESPACE}:gpudirect.gds",
+                f"nvidia-fs {cfg.versions.gds} loads only with the open kernel modules, and the {pool.gpu_model} "
+                f"({pool.model.architecture}) {module_problem}; move pool {pool.name!r} to a stack without GDS",
+            )
+        )
+    elif module_problem:
+        key = f"{here}.driver.kernelModuleType" if own.kernel_module_type else f"{NAMESPACE}:driver.kernelModuleType"
+        problems.append((key, f"{pool.gpu_model} ({pool.model.architecture}) {module_problem}"))
+    branch = plan.branch if plan.mode == "precompiled" else plan.version.split(".")[0]
+    branch_problem = support.branch_problem(int(branch)) if branch.isdigit() else None
+    if branch_problem:
+        if plan.mode == "precompiled":
+            key = f"{here}.driver.branch" if own.branch else f"{NAMESPACE}:driver.branch"
+        else:
+            key = f"{here}.driver.version" if own.version else f"{NAMESPACE}:versions.driver"
+        problems.append((key, f"{pool.gpu_model} {branch_problem}; this pool's driver is branch {branch}"))
+    if plan.mode == "precompiled":
+        if image is None:
+            problems.append(
+                (f"{here}.nodeImage", f"required with driver mode 'precompiled' (one image per kernel); entries: {', '.join(node_images().names)}")
+            )
+        else:
+            reason = node_image_catalog.unpublished_reason(image, plan.branch)
+            if reason is not None and image.private_image is None:
+                tag = node_image_catalog.precompiled_tag(image, plan.branch)
+                problems.append(
+                    (
+                        f"{here}.nodeImage",
+                        f"NVIDIA publishes no precompiled driver {tag} ({reason}); build it with "
+                        f"node_images/driver-precompiled/build.sh and set privateImage on {image.name!r} in "
+                        "node_images/catalog.yaml, or use driver mode 'managed'",
+                    )
+                )
+    return problems
+
+
+def _driver_flavour(cfg: StackConfig, pool: NodePool) -> tuple:
+    """What one driver DaemonSet can serve: one image and module type per OS and kernel, one readiness rule."""
+    plan = cfg.pool_driver(pool)
+    version = plan.branch if plan.mode == "precompiled" else plan.version
+    return plan.mode, version, plan.kernel_module_type, plan.os_tag, plan.kernel, pool.allocation
+
+
+def _driver_daemonset_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """Pools that name one driver DaemonSet must be able to share it; without the node labeller one serves all."""
+    problems: list[tuple[str, str]] = []
+    index = {p.name: i for i, p in enumerate(cfg.node_pools)}
+    by_daemonset: dict[str, list[NodePool]] = {}
+    for pool in cfg.driver_pools:
+        by_daemonset.setdefault(cfg.pool_driver(pool).daemonset, []).append(pool)
+    if len(by_daemonset) > 1 and not cfg.components.node_labeler:
+        problems.append(
+            (
+                f"{NAMESPACE}:components.nodeLabeler",
+                f"the driver pools need {len(by_daemonset)} driver DaemonSets ({', '.join(sorted(by_daemonset))}), each "
+                "selecting its nodes by the gpu-stack/pool label the node labeller writes: set it to true",
+            )
+        )
+    for name, pools in by_daemonset.items():
+        first = pools[0]
+        for other in pools[1:]:
+            if _driver_flavour(cfg, other) != _driver_flavour(cfg, first):
+                problems.append(
+                    (
+                        f"{NAMESPACE}:nodePools[{index[other.name]}].driver.daemonSetName",
+                        f"pools {first.name!r} and {other.name!r} share driver DaemonSet {name!r} but run different drivers "
+                        "(mode, version, module type, OS, kernel or allocation): one DaemonSet runs one image; give one "
+                        "of them a daemonSetName of its own",
+                    )
+                )
+    return problems

@@ -1,0 +1,208 @@
+"""Node pools and how they share their GPUs (time-slicing, MPS, MIG), with the checks of each pool's sharing
+block and of the custom MIG layouts."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import Field, StrictBool, field_validator
+
+from components.catalogs import catalog
+from components.catalogs import mig_catalog
+from components.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, NAMESPACE, OS_TAG, _Model, _set_aliases, node_images
+from components.config.drivers import PoolDriver
+from node_images import catalog as node_image_catalog
+
+if TYPE_CHECKING:
+    from components.config.stack import StackConfig
+
+
+SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
+# CUDA MPS serves at most 48 client processes per GPU on Volta and later.
+MPS_MAX_REPLICAS = 48
+MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
+class Sharing(_Model):
+    strategy: Literal["none", "time-slicing", "mps", "mig-single", "mig-mixed"] = "none"
+    replicas: Optional[int] = Field(default=None, ge=2, le=64)
+    rename_by_default: Optional[StrictBool] = None
+    fail_requests_greater_than_one: Optional[StrictBool] = None
+    mig_layout: Optional[str] = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.strategy.startswith("mig-")
+
+    @property
+    def mig_strategy(self) -> Optional[str]:
+        return self.strategy[len("mig-"):] if self.is_mig else None
+
+
+class NodePool(_Model):
+    name: str
+    node_selector: dict[str, str]
+    gpu_model: str
+    # Required unless nodeImage names a catalog entry, which carries the OS.
+    os: Optional[str] = None
+    # An entry of node_images/catalog.yaml: the OS, kernel and architecture the pool's nodes boot.
+    node_image: Optional[str] = None
+    workload_type: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
+    driver: PoolDriver = PoolDriver()
+    sharing: Sharing = Sharing()
+    # vm-vgpu pools: the vgpu-configs entry their GPUs are split by (label nvidia.com/vgpu.config).
+    vgpu_config: Optional[str] = None
+    # Container pools: who hands out the GPUs, the device plugin (nvidia.com/gpu) or NVIDIA's DRA driver
+    # (ResourceClaims).
+    allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    # How many nodes the pool has: the validation gates fail while fewer are validated, and a wave's timeout is
+    # checked against how long its nodes take to roll at the upgrade's maxUnavailable.
+    expected_nodes: Optional[int] = Field(default=None, ge=0, le=100_000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 40:
+            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 40 characters")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, selector: dict[str, str]) -> dict[str, str]:
+        for key, value in selector.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise ValueError(f"{key}={value!r} is not a valid label selector term")
+        return selector
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if value not in catalog.GPU_MODELS:
+            raise ValueError(f"unknown GPU model {value!r}; allowed values: {', '.join(catalog.GPU_MODELS)}")
+        return value
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, value: str) -> str:
+        if not OS_TAG.match(value):
+            raise ValueError(
+                f"{value!r} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
+            )
+        return value
+
+    @field_validator("node_image")
+    @classmethod
+    def _node_image(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in node_images().names:
+            known = ", ".join(node_images().names)
+            raise ValueError(f"unknown node image {value!r}; entries of node_images/catalog.yaml: {known}")
+        return value
+
+    @property
+    def model(self) -> catalog.GpuModel:
+        return catalog.GPU_MODELS[self.gpu_model]
+
+    @property
+    def image(self) -> Optional[node_image_catalog.NodeImage]:
+        return node_images().get(self.node_image) if self.node_image else None
+
+    @property
+    def os_tag(self) -> str:
+        image = self.image
+        # Empty only while load_config is rejecting a pool that has neither.
+        return image.os_tag if image is not None else self.os or ""
+
+
+def _sharing_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    """One pool's sharing block: which keys each strategy takes, and what it needs deployed."""
+    sharing = pool.sharing
+    strategy = sharing.strategy
+    where = f"{here}.sharing"
+    problems: list[tuple[str, str]] = []
+    if strategy == "none":
+        return [(f"{where}.{key}", "only allowed with a sharing.strategy other than 'none'") for key in _set_keys(sharing)]
+    if pool.workload_type != "container":
+        return [(f"{where}.strategy", f"sharing applies to container pools only, not {pool.workload_type!r}")]
+    if not cfg.components.device_plugin:
+        problems.append((f"{where}.strategy", f"{strategy} needs gpu-stack:components.devicePlugin: true"))
+    takes = {
+        "time-slicing": {"replicas", "renameByDefault", "failRequestsGreaterThanOne"},
+        "mps": {"replicas", "renameByDefault"},
+        "mig-single": {"migLayout"},
+        "mig-mixed": {"migLayout"},
+    }[strategy]
+    for key in sorted(_set_keys(sharing) - takes):
+        problems.append((f"{where}.{key}", f"not used by strategy {strategy!r}; it takes: {', '.join(sorted(takes))}"))
+    if strategy in ("time-slicing", "mps"):
+        limit = MPS_MAX_REPLICAS if strategy == "mps" else 64
+        if sharing.replicas is None:
+            problems.append((f"{where}.replicas", f"required when sharing.strategy is {strategy!r} (2..{limit})"))
+        elif sharing.replicas > limit:
+            problems.append((f"{where}.replicas", f"got {sharing.replicas}; MPS serves at most {limit} clients per GPU"))
+    if strategy == "mps" and not cfg.components.gfd:
+        problems.append(
+            (f"{where}.strategy", "mps needs gpu-stack:components.gfd: true (GFD labels nodes nvidia.com/mps.capable=true)")
+        )
+    if sharing.is_mig:
+        problems += _mig_checks(cfg, pool, here)
+    return problems
+
+
+def _set_keys(sharing: Sharing) -> set[str]:
+    return _set_aliases(sharing) - {"strategy"}
+
+
+def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    where = f"{here}.sharing"
+    if not pool.model.mig_capable:
+        capable = [name for name, m in catalog.GPU_MODELS.items() if m.mig_capable]
+        return [(f"{where}.strategy", f"{pool.gpu_model} has no MIG support; MIG-capable models: {', '.join(capable)}")]
+    problems: list[tuple[str, str]] = []
+    if not cfg.components.mig_manager:
+        problems.append((f"{where}.strategy", "MIG layouts are applied by the MIG manager: set gpu-stack:components.migManager: true"))
+    name = pool.sharing.mig_layout
+    if name is None:
+        usable = _usable_layouts(pool, cfg.mig_layouts)
+        return problems + [(f"{where}.migLayout", f"required with {pool.sharing.strategy!r}; usable layouts for {pool.gpu_model}: {', '.join(usable)}")]
+    layout, reasons = mig_catalog.resolve_layout(pool.gpu_model, name, cfg.mig_layouts)
+    problems += [(f"{where}.migLayout", reason) for reason in reasons]
+    if layout is None:
+        return problems
+    if not layout.devices:
+        problems.append(
+            (
+                f"{where}.migLayout",
+                f"{name!r} creates no MIG devices, so the pool would offer nothing to request; pick a layout with MIG "
+                f"devices ({', '.join(_usable_layouts(pool, cfg.mig_layouts))}) or sharing.strategy 'none' for whole GPUs",
+            )
+        )
+    elif pool.sharing.mig_strategy == "single":
+        reason = mig_catalog.single_strategy_problem(layout)
+        if reason:
+            problems.append((f"{where}.migLayout", reason))
+    return problems
+
+
+def _usable_layouts(pool: NodePool, custom: dict[str, dict[str, int]]) -> list[str]:
+    """Layouts that fit the pool's GPU, create MIG devices, and suit the pool's MIG strategy."""
+    usable = []
+    for name in mig_catalog.fitting_layouts(pool.gpu_model, custom):
+        layout, _ = mig_catalog.resolve_layout(pool.gpu_model, name, custom)
+        if layout is None or not layout.devices:
+            continue
+        if pool.sharing.mig_strategy == "single" and mig_catalog.single_strategy_problem(layout):
+            continue
+        usable.append(name)
+    return usable
+
+
+def _mig_layout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    used = {p.sharing.mig_layout for p in cfg.node_pools if p.sharing.is_mig}
+    problems = []
+    for name in cfg.mig_layouts:
+        if name.startswith("all-"):
+            problems.append((f"{NAMESPACE}:migLayouts.{name}", "names starting 'all-' belong to the built-in layouts; rename it"))
+        elif name not in used:
+            problems.append((f"{NAMESPACE}:migLayouts.{name}", "used by no nodePools[].sharing.migLayout; remove it or use it"))
+    return problems

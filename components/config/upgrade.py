@@ -1,0 +1,213 @@
+"""How a driver change reaches the nodes: drain settings, waves, and the checks that the waves cover the driver
+pools and that every gate's timeout leaves its wave time to roll."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal, Optional, Union
+
+from pydantic import Field, StrictBool, field_validator
+
+from components.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, NAMESPACE, _count_or_percent, _Model
+
+if TYPE_CHECKING:
+    from components.config.pools import NodePool
+    from components.config.stack import StackConfig
+
+
+# A label selector as `kubectl drain --pod-selector` parses it: comma-separated equality or set-based terms.
+_SELECTOR_TERM = re.compile(
+    r"^\s*(?:(?P<exists>!?)(?P<bare>[^\s=!(),]+)|(?P<key>[^\s=!(),]+)\s*(?P<op>==|!=|=)\s*(?P<value>[^\s=!(),]*)"
+    r"|(?P<skey>[^\s=!(),]+)\s+(?P<sop>in|notin)\s+\((?P<values>[^()]*)\))\s*$"
+)
+
+
+def label_selector_problem(selector: str) -> Optional[str]:
+    """Why `selector` is not a label selector Kubernetes would parse; None when it is."""
+    terms, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    terms.append(current)
+    for term in terms:
+        match = _SELECTOR_TERM.match(term)
+        if not match:
+            return f"{term.strip()!r} is not a selector term (key, !key, key=value, key!=value, key in (a,b), key notin (a,b))"
+        key = match.group("bare") or match.group("key") or match.group("skey")
+        values = [match.group("value")] if match.group("op") else []
+        if match.group("sop"):
+            values = [v.strip() for v in match.group("values").split(",")]
+        if not LABEL_KEY.match(key):
+            return f"{key!r} is not a label key"
+        for value in values:
+            if not LABEL_VALUE.match(value):
+                return f"{value!r} is not a label value"
+    return None
+
+
+class Drain(_Model):
+    """k8s-driver-manager's drain settings (fact sheet §5.3); force, timeout and emptyDir deletion also govern the
+    GPU-pod eviction that runs before any drain."""
+
+    enabled: StrictBool = False
+    force: StrictBool = False
+    pod_selector: str = ""
+    # 0 waits forever; the operator's upgrade policy defaults to 300.
+    timeout_seconds: int = Field(default=300, ge=0, le=86_400)
+    delete_empty_dir_data: StrictBool = False
+
+    @field_validator("pod_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        problem = label_selector_problem(value) if value else None
+        if problem:
+            raise ValueError(f"{problem}; e.g. 'app=batch,tier!=critical'")
+        return value
+
+
+class Wave(_Model):
+    name: str
+    pools: list[str] = Field(min_length=1)
+    # How long the gate after this wave waits for its nodes' drivers to roll out and validate.
+    timeout_seconds: int = Field(default=3600, ge=300, le=86_400)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 20:
+            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 20 characters")
+        return value
+
+
+class Upgrade(_Model):
+    """How a driver change reaches the nodes. `rolling`: the driver DaemonSets roll, at most maxUnavailable nodes
+    at a time, each new driver pod's k8s-driver-manager evicting GPU pods (and draining, if enabled) before it
+    swaps the driver. `manual`: OnDelete, nothing changes on a node until someone deletes its driver pod."""
+
+    strategy: Literal["rolling", "manual"] = "rolling"
+    max_unavailable: Union[int, str] = 1
+    gpu_pod_eviction: StrictBool = True
+    drain: Drain = Drain()
+    # Ordered: each wave's driver DaemonSets change only after the previous wave's nodes validated.
+    waves: list[Wave] = []
+
+    _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
+
+
+def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    upgrade = cfg.upgrade
+    here = f"{NAMESPACE}:upgrade"
+    problems: list[tuple[str, str]] = []
+    if not upgrade.waves:
+        return _gate_timeout_checks(cfg)
+    if upgrade.strategy != "rolling":
+        problems.append((f"{here}.waves", "waves gate a rolling update; with strategy 'manual' nothing rolls: use 'rolling'"))
+    if not cfg.components.node_labeler:
+        problems.append((f"{here}.waves", "waves select nodes by the gpu-stack/pool label: set gpu-stack:components.nodeLabeler: true"))
+    if cfg.validation.mode == "off":
+        problems.append((f"{here}.waves", "a wave is done when its nodes validated: gpu-stack:validation.mode cannot be 'off'"))
+    driver_pools = [p.name for p in cfg.driver_pools]
+    all_pools = [p.name for p in cfg.node_pools]
+    seen_waves: set[str] = set()
+    wave_of: dict[str, str] = {}
+    for i, wave in enumerate(upgrade.waves):
+        where = f"{here}.waves[{i}]"
+        if wave.name in seen_waves:
+            problems.append((f"{where}.name", f"duplicate wave name {wave.name!r}"))
+        seen_waves.add(wave.name)
+        for j, name in enumerate(wave.pools):
+            if name not in all_pools:
+                problems.append((f"{where}.pools[{j}]", f"unknown pool {name!r}; pools with a deployed driver: {', '.join(driver_pools)}"))
+            elif name not in driver_pools:
+                problems.append((f"{where}.pools[{j}]", f"pool {name!r} gets no driver DaemonSet (host driver or VM pool); remove it"))
+            elif name in wave_of:
+                problems.append((f"{where}.pools[{j}]", f"pool {name!r} is already in wave {wave_of[name]!r}; a pool upgrades once"))
+            else:
+                wave_of[name] = wave.name
+    missing = [name for name in driver_pools if name not in wave_of]
+    if missing:
+        problems.append((f"{here}.waves", f"pools in no wave: {', '.join(missing)}; every pool with a deployed driver needs one"))
+    wave_of_daemonset: dict[str, tuple[str, str]] = {}
+    for pool in cfg.driver_pools:
+        daemonset, wave = cfg.pool_driver(pool).daemonset, wave_of.get(pool.name)
+        if wave is None:
+            continue
+        seen = wave_of_daemonset.setdefault(daemonset, (wave, pool.name))
+        if seen[0] != wave:
+            problems.append(
+                (
+                    f"{here}.waves",
+                    f"pools {seen[1]!r} (wave {seen[0]!r}) and {pool.name!r} (wave {wave!r}) share driver DaemonSet "
+                    f"{daemonset!r}, which rolls in one wave: put them in the same wave",
+                )
+            )
+    if not problems:
+        problems += _gate_timeout_checks(cfg)
+    return problems
+
+
+# The least time one node's driver swap takes before its gate can count it, the driver build itself not counted:
+# k8s-driver-manager waits for the operands to stop and unloads the modules (§5.3), the driver container's startup
+# probe starts after its initial delay (60 s managed, 5 s precompiled, GO:internal/state/driver.go), then the
+# validator's driver, toolkit, cuda and plugin checks run (§3.2).
+MIN_NODE_SWAP_SECONDS = {"managed": 30 + 10 + 60 + 60, "precompiled": 30 + 10 + 5 + 60}
+
+
+def _budget_nodes(max_unavailable: Union[int, str], nodes: int) -> int:
+    if isinstance(max_unavailable, int):
+        return max_unavailable
+    return max(1, -(-nodes * int(max_unavailable[:-1]) // 100))
+
+
+def rollout_floor_seconds(cfg: StackConfig, pools: list[NodePool]) -> Optional[tuple[int, str]]:
+    """The least time the driver DaemonSets of `pools` take to roll over their declared nodes at the upgrade's
+    maxUnavailable (each DaemonSet rolls its own pools, all of them at once), and the slowest pool; None when no
+    pool declares expectedNodes."""
+    slowest: Optional[tuple[int, str]] = None
+    for pool in pools:
+        if pool.expected_nodes is None or cfg.upgrade.strategy != "rolling":
+            continue
+        plan = cfg.pool_driver(pool)
+        if plan.mode == "host":
+            continue
+        batches = -(-pool.expected_nodes // _budget_nodes(cfg.upgrade.max_unavailable, pool.expected_nodes))
+        seconds = batches * MIN_NODE_SWAP_SECONDS[plan.mode]
+        if slowest is None or seconds > slowest[0]:
+            slowest = (seconds, pool.name)
+    return slowest
+
+
+def _gate_timeout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """A gate whose timeout is shorter than its wave's rollout can only fail, halfway through the rollout."""
+    problems: list[tuple[str, str]] = []
+    pools = {p.name: p for p in cfg.node_pools}
+    waves = cfg.upgrade.waves
+    budget = cfg.upgrade.max_unavailable
+    for i, wave in enumerate(waves[:-1]):
+        floor = rollout_floor_seconds(cfg, [pools[n] for n in wave.pools if n in pools])
+        if floor is not None and wave.timeout_seconds < floor[0]:
+            problems.append(
+                (
+                    f"{NAMESPACE}:upgrade.waves[{i}].timeoutSeconds",
+                    f"got {wave.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected nodes, "
+                    f"maxUnavailable {budget}) needs at least {floor[0]} s to roll and validate: raise the timeout or "
+                    "maxUnavailable",
+                )
+            )
+    # The stack gate judges the last wave (every pool, without waves) as it rolls.
+    last = [pools[n] for n in waves[-1].pools if n in pools] if waves else cfg.driver_pools
+    floor = rollout_floor_seconds(cfg, last)
+    if cfg.validation.mode != "off" and floor is not None and cfg.validation.timeout_seconds < floor[0]:
+        problems.append(
+            (
+                f"{NAMESPACE}:validation.timeoutSeconds",
+                f"got {cfg.validation.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected "
+                f"nodes, maxUnavailable {budget}) rolls last and needs at least {floor[0]} s to roll and validate: "
+                "raise the timeout or maxUnavailable",
+            )
+        )
+    return problems
