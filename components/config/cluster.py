@@ -182,11 +182,32 @@ class Nfd(_Model):
         return value
 
 
+# The node-pools document this program writes is version 2 (components/kit/node_labeler.py); 0.4.0 is the first
+# agent that reads it. An older agent refuses it and changes no label, so a stack would apply cleanly and then never
+# label a node: refused here, where the tag says so (a digest cannot be judged and is taken on trust).
+MIN_NODE_AGENT_VERSION = (0, 4, 0)
+_SEMVER_TAG = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?")
+
+
+def _agent_version(value: Optional[str]) -> Optional[str]:
+    if value is None or "@" in value:
+        return value
+    found = _SEMVER_TAG.fullmatch(value.rpartition(":")[2])
+    if found and tuple(int(part) for part in found.groups()) < MIN_NODE_AGENT_VERSION:
+        minimum = ".".join(map(str, MIN_NODE_AGENT_VERSION))
+        raise ValueError(
+            f"node agent {found.group(0)} cannot read the version-2 node-pools document this program writes; "
+            f"use {minimum} or later (node_images/node-agent)"
+        )
+    return value
+
+
 class NodeAgent(_Model):
     image: Optional[str] = None
     resync_seconds: int = Field(default=60, ge=10, le=3600)
 
     _pinned = field_validator("image")(_pinned_image)
+    _new_enough = field_validator("image")(_agent_version)
 
 
 class Toleration(_Model):

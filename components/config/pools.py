@@ -84,8 +84,8 @@ class NodePool(_Model):
 
     @field_validator("os")
     @classmethod
-    def _os(cls, value: str) -> str:
-        if not OS_TAG.match(value):
+    def _os(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not OS_TAG.match(value):
             raise ValueError(
                 f"{value!r} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
             )
