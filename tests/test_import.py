@@ -17,7 +17,7 @@ from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
 from stacktest import ROOT, container, env_of, objects, render
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.2.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.4.0"
 
 
 def fixture(name: str) -> str:

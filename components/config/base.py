@@ -86,7 +86,7 @@ def _pinned_image(value: Optional[str]) -> Optional[str]:
         return value
     name, _, tag = value.rpartition(":")
     if not name or "/" in tag or not tag:
-        raise ValueError(f"{value!r} has no tag; pin it, e.g. harbor.platform.internal/gpu-stack/node-agent:0.2.0")
+        raise ValueError(f"{value!r} has no tag; pin it, e.g. harbor.platform.internal/gpu-stack/node-agent:0.4.0")
     _image_version(tag)
     return value
 

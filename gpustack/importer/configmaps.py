@@ -1,0 +1,246 @@
+"""The ConfigMaps the ClusterPolicy names (`kubectl get cm -o yaml`): device-plugin configs become pool sharing,
+mig-parted configs MIG layouts, the DCGM exporter's metrics CSV extra metrics; unread ones go into the report."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import yaml
+
+from components.catalogs import catalog
+from components.catalogs import consts
+from components.catalogs import dcgm_metrics
+from components.catalogs import mig_catalog
+from gpustack.importer.common import ImportInputError, objects_of
+from gpustack.importer.nodes import _Group
+
+
+def configmaps_of(documents: Sequence[tuple[str, Any]]) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for path, document in documents:
+        for obj in objects_of(document, ("ConfigMap",), path):
+            name = (obj.get("metadata") or {}).get("name")
+            data = obj.get("data") or {}
+            if not isinstance(data, dict):
+                raise ImportInputError(f"{path}: ConfigMap {name} has no `data` mapping")
+            found[str(name)] = {str(k): str(v) for k, v in data.items()}
+    return found
+
+
+class ConfigMapsMixin:
+    """Mixed into build._Importer: what the named ConfigMaps hold, and the keys no imported node uses."""
+
+    def _dcgm_metrics(self, name: str) -> None:
+        data = self.configmaps.get(name)
+        if data is None:
+            self.report("spec.dcgmExporter.config.name", name,
+                        f"the custom metrics live in ConfigMap {name}, not in the ClusterPolicy; pass it with --configmap "
+                        "to carry them as dcgmExporter.extraMetrics")
+            return
+        self.used_configmaps.add(name)
+        csv = data.get("dcgm-metrics.csv")
+        where = f"configmap:{name}/dcgm-metrics.csv"
+        if csv is None:
+            self.report(f"configmap:{name}", sorted(data), "has no dcgm-metrics.csv key, which the exporter reads")
+            return
+        defaults = {m.field: m for m in dcgm_metrics.DEFAULT_METRICS}
+        listed, extra = set(), []
+        for number, line in enumerate(csv.splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = [p.strip() for p in line.split(",", 2)]
+            if len(parts) != 3:
+                self.report(f"{where}:{number}", line, "not a `FIELD, type, help` line")
+                continue
+            name_, kind, help_ = parts
+            listed.add(name_)
+            if name_ in defaults:
+                if defaults[name_].type != kind:
+                    self.report(f"{where}:{number}", line, f"gpu-stack exports {name_} as a {defaults[name_].type}")
+                continue
+            help_ = help_.replace(",", ";").replace('"', "") or name_
+            extra.append({"field": name_, "type": kind, "help": help_})
+        if extra:
+            self.put("dcgmExporter.extraMetrics", extra, origin=where)
+        missing = [f for f in defaults if f not in listed]
+        if missing:
+            self.report(where, missing, "left out by the custom file, but gpu-stack always exports its default metrics "
+                                        "(components/catalogs/dcgm_metrics.py), these included")
+
+    def _plugin_config(self, key: Optional[str], where: str) -> Optional[dict]:
+        name = self.spec.get("devicePlugin.config.name")
+        self.spec.use("devicePlugin.config.default")
+        if not name or not key:
+            return None
+        data = self.configmaps.get(name)
+        if data is None:
+            return None
+        self.used_configmaps.add(name)
+        self.used_plugin_keys.add(key)
+        if key not in data:
+            self.report(f"configmap:{name}/{key}", None,
+                        f"{where} selects config {key}, which the ConfigMap lacks; the device plugin then falls back to "
+                        "an empty config (FALLBACK_STRATEGIES=empty): imported without sharing")
+            return None
+        try:
+            document = yaml.safe_load(data[key]) or {}
+        except yaml.YAMLError as exc:
+            raise ImportInputError(f"configmap {name}, key {key}: not valid YAML: {exc}") from None
+        if not isinstance(document, dict):
+            raise ImportInputError(f"configmap {name}, key {key}: expected a device-plugin config mapping")
+        return document
+
+    def _sharing(self, model: str, mig_label: Optional[str], plugin_label: Optional[str], group: _Group) -> Optional[dict]:
+        where = f"nodes {', '.join(n.name for n in group.nodes)}" if group.nodes else "the default config"
+        key = plugin_label or self.spec.get("devicePlugin.config.default") or None
+        document = self._plugin_config(key, where)
+        cm = self.spec.get("devicePlugin.config.name")
+        flags = (document or {}).get("flags") or {}
+        mig_strategy = flags.get("migStrategy") or self.mig_strategy
+        if document is not None:
+            for flag in sorted(set(flags) - {"migStrategy"}):
+                self.report(f"configmap:{cm}/{key}.flags.{flag}", flags[flag],
+                            "gpu-stack's per-pool device-plugin configs set migStrategy only")
+            for top in sorted(set(document) - {"version", "flags", "sharing", "resources"}):
+                self.report(f"configmap:{cm}/{key}.{top}", document[top], "gpu-stack's per-pool device-plugin configs set no such section")
+        shared = self._time_sharing(document, f"configmap:{cm}/{key}") if document is not None else None
+        model_info = catalog.GPU_MODELS[model]
+        if mig_label and mig_label != mig_catalog.ALL_DISABLED and group.nodes:
+            label_path = f"node:{group.nodes[0].name}/{consts.MIG_CONFIG}"
+            if not model_info.mig_capable:
+                self.report(label_path, mig_label, f"the {model} has no MIG; gpu-stack writes no nvidia.com/mig.config on its nodes")
+            elif mig_strategy == "none":
+                self.report(label_path, mig_label,
+                            "the MIG strategy is none, so the device plugin exposed these GPUs whole; gpu-stack's MIG pools "
+                            "use single or mixed, and labels the pool's nodes all-disabled instead")
+            else:
+                if shared:
+                    self.report(f"configmap:{cm}/{key}.sharing", shared,
+                                "gpu-stack does not combine MIG with time-slicing or MPS on one pool; the pool keeps its MIG layout")
+                layout = self._mig_layout(model, mig_label, label_path)
+                if layout is not None:
+                    return {"strategy": f"mig-{mig_strategy}", "migLayout": layout}
+            return None
+        return shared
+
+    def _time_sharing(self, document: dict, where: str) -> Optional[dict]:
+        sharing = document.get("sharing") or {}
+        chosen = None
+        for kind, strategy in (("mps", "mps"), ("timeSlicing", "time-slicing")):
+            block = sharing.get(kind)
+            if not isinstance(block, dict):
+                continue
+            resources = block.get("resources") or []
+            replicas = [r for r in resources if isinstance(r, dict) and r.get("name") == "nvidia.com/gpu"]
+            for resource in resources:
+                if resource not in replicas:
+                    self.report(f"{where}.sharing.{kind}.resources", resource,
+                                "gpu-stack replicates nvidia.com/gpu only (no MIG device sharing)")
+            count = replicas[0].get("replicas", 1) if replicas else 1
+            # The plugin picks MPS when it has replicas > 1, else time-slicing (fact sheet §6.1).
+            if chosen is None and isinstance(count, int) and count > 1:
+                chosen = {"strategy": strategy, "replicas": count}
+                if block.get("renameByDefault"):
+                    chosen["renameByDefault"] = True
+                if strategy == "time-slicing" and block.get("failRequestsGreaterThanOne"):
+                    chosen["failRequestsGreaterThanOne"] = True
+            elif isinstance(count, int) and count > 1:
+                self.report(f"{where}.sharing.{kind}", block, "the device plugin uses MPS when both are set; so does gpu-stack")
+        return chosen
+
+    def _mig_layout(self, model: str, name: str, where: str) -> Optional[str]:
+        custom_name = self.spec.get("migManager.config.name")
+        builtin = mig_catalog.builtin_layouts(model)
+        if not custom_name:
+            if name in builtin:
+                return name
+            self.report(where, name, f"no built-in MIG layout of that name fits the {model} (the operator's MIG manager "
+                                     "generated it from the hardware); pick one of gpu-stack's and set sharing.migLayout")
+            return None
+        data = self.configmaps.get(custom_name)
+        if data is None:
+            if name in builtin:
+                self.notes.append(f"MIG layout {name}: assumed to be the built-in one (ConfigMap {custom_name} was not given)")
+                return name
+            self.report(where, name, f"defined in ConfigMap {custom_name}, which was not given; pass it with --configmap")
+            return None
+        self.used_configmaps.add(custom_name)
+        configs = self._mig_configs(custom_name, data)
+        self.used_mig_layouts.add(name)
+        entries = configs.get(name)
+        if entries is None:
+            self.report(where, name, f"ConfigMap {custom_name} has no mig-configs entry {name}")
+            return None
+        filters = {f.upper() for f in mig_catalog.device_filter(model)}
+
+        def applies(entry: dict) -> bool:
+            wanted = entry.get("device-filter")
+            if wanted is None:
+                return True
+            wanted = [wanted] if isinstance(wanted, str) else wanted
+            return any(str(w).upper() in filters for w in wanted)
+
+        applicable = [e for e in entries if isinstance(e, dict) and applies(e)]
+        if len(applicable) != 1 or applicable[0].get("devices") != "all":
+            self.report(where, name, f"the layout's entries for the {model} are not one `devices: all` entry; gpu-stack "
+                                     "layouts give every GPU of a node the same MIG devices")
+            return None
+        entry = applicable[0]
+        devices = {str(k): v for k, v in (entry.get("mig-devices") or {}).items()} if entry.get("mig-enabled") else {}
+        if name in builtin and builtin[name].devices == devices:
+            return name
+        if not devices:
+            self.report(where, name, "enables no MIG devices; gpu-stack labels such pools all-disabled")
+            return None
+        if name.startswith("all-"):
+            self.report(where, name, "redefines a built-in layout name; gpu-stack's custom layouts may not start with all-")
+            return None
+        known = self.mig_layouts.get(name)
+        if known is not None and known != devices:
+            self.report(where, name, f"gives the {model} other devices than another model; gpu-stack layouts are per name")
+            return None
+        self.mig_layouts[name] = devices
+        return name
+
+    def _mig_configs(self, name: str, data: Mapping[str, str]) -> dict:
+        if "config.yaml" not in data:
+            raise ImportInputError(f"configmap {name}: a mig-parted ConfigMap holds its document under config.yaml")
+        try:
+            document = yaml.safe_load(data["config.yaml"]) or {}
+        except yaml.YAMLError as exc:
+            raise ImportInputError(f"configmap {name}, key config.yaml: not valid YAML: {exc}") from None
+        configs = document.get("mig-configs") if isinstance(document, dict) else None
+        if not isinstance(configs, dict):
+            raise ImportInputError(f"configmap {name}, key config.yaml: no mig-configs mapping")
+        return configs
+
+    def _unread_configmaps(self) -> None:
+        plugin = self.spec.raw("devicePlugin.config.name")
+        if plugin and plugin not in self.configmaps:
+            self.report("spec.devicePlugin.config.name", plugin,
+                        f"time-slicing/MPS replicas live in ConfigMap {plugin}, not in the ClusterPolicy; pass it with "
+                        "--configmap to carry them onto the pools whose nodes select its keys (nvidia.com/device-plugin.config)")
+        elif plugin:
+            for key in self.configmaps[plugin]:
+                if key not in self.used_plugin_keys:
+                    self.report(f"configmap:{plugin}/{key}", None,
+                                "no imported node selects this config (nvidia.com/device-plugin.config) and it is not the default"
+                                if self.nodes is not None else "without --nodes only the default config is read")
+        mig = self.spec.raw("migManager.config.name")
+        if mig and mig in self.configmaps and self.spec.get("migManager.enabled"):
+            try:
+                configs = self._mig_configs(mig, self.configmaps[mig])
+            except ImportInputError:
+                configs = {}
+            for name in configs:
+                if name not in self.used_mig_layouts and not name.startswith("all-"):
+                    self.report(f"configmap:{mig}/config.yaml", name, "a MIG layout no imported node uses; gpu-stack renders used layouts only")
+        elif mig and self.spec.get("migManager.enabled") and not any(
+            p.get("sharing", {}).get("strategy", "").startswith("mig-") for p in self.pools
+        ):
+            self.report("spec.migManager.config.name", mig,
+                        f"custom MIG layouts live in ConfigMap {mig}; no imported node uses one (pass --nodes and --configmap to carry them)")
+        self.spec.use("migManager.config.name", "devicePlugin.config.name", "dcgmExporter.config.name")
+        for name in sorted(set(self.configmaps) - self.used_configmaps - {plugin, mig}):
+            self.notes.append(f"ConfigMap {name} (--configmap) is not one the ClusterPolicy names; it was not read")

@@ -1,0 +1,198 @@
+"""The driver: its mode (host, managed, precompiled), version, probes, the driver DaemonSet names the operator
+used, and the upgrade policy or the k8s-driver-manager env that governs a driver update."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from components.config import NAMESPACE, node_images
+from components.kit import naming
+from components.states.driver import sanitize_kernel
+from gpustack.importer.common import ImportInputError, _show, int_or_percent, truthy
+
+DRIVER_MANAGER_ENV_DEFAULTS = {  # the state-driver asset's values (fact sheet §2.3)
+    "ENABLE_GPU_POD_EVICTION": "true",
+    "ENABLE_AUTO_DRAIN": "false",
+    "DRAIN_USE_FORCE": "false",
+    "DRAIN_POD_SELECTOR_LABEL": "",
+    "DRAIN_TIMEOUT_SECONDS": "0s",
+    "DRAIN_DELETE_EMPTYDIR_DATA": "false",
+}
+
+
+class DriverMixin:
+    """Mixed into build._Importer: spec.driver, its upgradePolicy and its manager's env."""
+
+    def _driver_mode(self) -> str:
+        s = self.spec
+        if not s.get("driver.enabled"):
+            return "host"
+        if s.get("driver.useNvidiaDriverCRD"):
+            self.report("spec.driver.useNvidiaDriverCRD", True,
+                        "the drivers are NVIDIADriver objects, which this importer does not read: the driver keys below come "
+                        "from the ClusterPolicy's driver section, which the operator ignores in this mode; set "
+                        "gpu-stack:driver and nodePools[].driver from the NVIDIADriver objects by hand")
+        return "precompiled" if s.get("driver.usePrecompiled") else "managed"
+
+    def _operator_driver_names(self) -> None:
+        """Pin each container pool's driver DaemonSet to the name the operator gave it (ClusterPolicy's one
+        `nvidia-driver-daemonset`, or one per kernel for precompiled drivers), so that adopting the running cluster
+        takes over the driver pods already on the nodes instead of starting a second driver beside each."""
+        driver_pools = [p for p in self.pools if p.get("workloadType", "container") == "container"]
+        if self.driver_mode == "host" or not driver_pools:
+            return
+        if self.driver_mode == "managed":
+            if len({p.get("os") for p in driver_pools}) > 1:
+                self.notes.append("the container pools boot different OS images, which one ClusterPolicy driver DaemonSet "
+                                  "cannot serve: each pool gets a driver DaemonSet of its own name")
+                return
+            names = {p["name"]: naming.DRIVER_DAEMONSET for p in driver_pools}
+        else:
+            images = {image.name: image for image in node_images()}
+            names = {}
+            for pool in driver_pools:
+                image = images[pool["nodeImage"]]
+                names[pool["name"]] = f"{naming.DRIVER_DAEMONSET}-{sanitize_kernel(image.kernel)}-{image.os_tag}"
+        for pool in driver_pools:
+            pool.setdefault("driver", {})["daemonSetName"] = names[pool["name"]]
+            where = f"{NAMESPACE}:nodePools[{self.pools.index(pool)}].driver.daemonSetName"
+            self.origins[where] = "the operator's driver DaemonSet name"
+
+    def _driver(self) -> None:
+        s = self.spec
+        mode = self.driver_mode
+        s.use("driver.enabled", "driver.usePrecompiled")
+        if mode == "host":
+            self.put("driver.mode", "host", origin="spec.driver.enabled")
+        if mode == "host" or "container" not in self.workloads:
+            # No driver DaemonSet: the operator did not use the rest of the section either.
+            s.use("driver")
+            return
+        self.put("driver.mode", mode, origin="spec.driver.usePrecompiled" if mode == "precompiled" else "spec.driver.enabled")
+        self.put("driver.kernelModuleType", s.get("driver.kernelModuleType"), origin="spec.driver.kernelModuleType")
+        version = getattr(self, "driver_version", "")
+        if mode == "precompiled":
+            if version:
+                self.put("driver.branch", version, origin="spec.driver.version")
+        elif version:
+            self.put("versions.driver", version, origin="spec.driver.version")
+        self._driver_probe()
+
+    def _driver_probe(self) -> None:
+        s = self.spec
+        probe = s.raw("driver.startupProbe")
+        if not isinstance(probe, dict):
+            return
+        gpu_stack = {"initialDelaySeconds": 5 if self.driver_mode == "precompiled" else 60, "periodSeconds": 10,
+                     "timeoutSeconds": 60, "failureThreshold": 120, "successThreshold": 1}
+        for key, value in probe.items():
+            if gpu_stack.get(key) == value:
+                s.use(f"driver.startupProbe.{key}")
+
+    def _upgrade(self) -> None:
+        s = self.spec
+        if self.driver_mode == "host" or "container" not in self.workloads:
+            s.use("driver.upgradePolicy", "driver.manager.env")
+            return
+        policy = s.raw("driver.upgradePolicy")
+        auto = isinstance(policy, dict) and bool(s.get("driver.upgradePolicy.autoUpgrade"))
+        manager_env = s.env("driver.manager.env")
+        if auto and self.sandbox:
+            self.report("spec.driver.upgradePolicy.autoUpgrade", True,
+                        "the operator turns automatic driver upgrades off while sandboxWorkloads are enabled; imported as "
+                        "upgrade.strategy manual (OnDelete), which is what the operator did")
+            auto = False
+        if not auto:
+            # The Helm chart: with autoUpgrade false "all other options are ignored"; the driver manager's env rules.
+            s.use("driver.upgradePolicy")
+            self.put("upgrade.strategy", "manual", origin="spec.driver.upgradePolicy.autoUpgrade")
+            self._manager_env(manager_env, superseded=False)
+            return
+        self.put("upgrade.strategy", "rolling", origin="spec.driver.upgradePolicy.autoUpgrade")
+        parallel = s.get("driver.upgradePolicy.maxParallelUpgrades")
+        unavailable = str(s.get("driver.upgradePolicy.maxUnavailable"))
+        if parallel == 0:
+            value: Any = int_or_percent(unavailable)
+        elif unavailable.endswith("%"):
+            value = parallel
+            if parallel > 1:
+                self.report("spec.driver.upgradePolicy.maxUnavailable", unavailable,
+                            f"gpu-stack bounds a rolling driver update by one number; it takes maxParallelUpgrades "
+                            f"({parallel}), which the operator further capped at {unavailable} of the GPU nodes")
+        else:
+            value = min(parallel, int(unavailable))
+        self.put("upgrade.maxUnavailable", value, origin="spec.driver.upgradePolicy.maxParallelUpgrades")
+        self.report("spec.driver.upgradePolicy.autoUpgrade", True,
+                    "semantics differ: gpu-stack has no upgrade controller. The driver DaemonSet rolls (RollingUpdate, "
+                    f"maxUnavailable {value}) and each new driver pod's k8s-driver-manager evicts GPU pods (and drains, "
+                    "if enabled) before it swaps the driver; nodes are not cordoned across the whole upgrade and there "
+                    "is no upgrade-failed state to resume from")
+        self.report("spec.driver.upgradePolicy.maxParallelUpgrades", parallel,
+                    f"semantics differ: imported as upgrade.maxUnavailable {value}, the DaemonSet's bound on driver pods "
+                    "being replaced at once; the operator counted nodes in its upgrade state machine, cordoned ones included")
+        selector = s.get("driver.upgradePolicy.waitForCompletion.podSelector")
+        s.use("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
+        if selector:
+            self.report("spec.driver.upgradePolicy.waitForCompletion.podSelector", selector,
+                        "gpu-stack's driver manager does not wait for jobs to complete before it evicts GPU pods")
+        deletion = s.raw("driver.upgradePolicy.podDeletion")
+        self.put("upgrade.gpuPodEviction", isinstance(deletion, dict), origin="spec.driver.upgradePolicy.podDeletion")
+        drain_on = s.get("driver.upgradePolicy.drain.enable")
+        drain = {"enabled": drain_on}
+        pairs = (("force", "force"), ("timeoutSeconds", "timeoutSeconds"), ("deleteEmptyDir", "deleteEmptyDirData"))
+        for key, ours in pairs:
+            drain_value = s.get(f"driver.upgradePolicy.drain.{key}")
+            deletion_value = s.get(f"driver.upgradePolicy.podDeletion.{key}") if isinstance(deletion, dict) else None
+            if drain_on or deletion_value is None:
+                drain[ours] = drain_value
+                if deletion_value is not None and deletion_value != drain_value:
+                    self.report(f"spec.driver.upgradePolicy.podDeletion.{key}", deletion_value,
+                                f"gpu-stack's driver manager evicts GPU pods and drains with one {ours} setting; it "
+                                f"takes the drain's ({_show(drain_value)})")
+            else:
+                # Without a drain these settings only govern the GPU pod eviction, which is what podDeletion set.
+                drain[ours] = deletion_value
+        selector = s.get("driver.upgradePolicy.drain.podSelector")
+        if drain_on and selector:
+            drain["podSelector"] = selector
+        self.put("upgrade.drain", drain, origin="spec.driver.upgradePolicy.drain")
+        self._manager_env(manager_env, superseded=True)
+
+    def _manager_env(self, env: Mapping[str, Any], *, superseded: bool) -> None:
+        s = self.spec
+        if superseded:
+            for name in env:
+                if name in DRIVER_MANAGER_ENV_DEFAULTS:
+                    s.use_env("driver.manager.env", name)
+                    self.report(f"spec.driver.manager.env[{name}]", env[name],
+                                "superseded in the operator while autoUpgrade is true (the upgrade controller evicts and "
+                                "drains); gpu-stack takes these settings from upgradePolicy")
+            return
+        values = {**DRIVER_MANAGER_ENV_DEFAULTS, **{k: str(v) for k, v in env.items() if k in DRIVER_MANAGER_ENV_DEFAULTS}}
+        for name in env:
+            if name in DRIVER_MANAGER_ENV_DEFAULTS:
+                s.use_env("driver.manager.env", name)
+        origin = "spec.driver.manager.env"
+        self.put("upgrade.gpuPodEviction", truthy(values["ENABLE_GPU_POD_EVICTION"]), origin=origin)
+        drain: dict[str, Any] = {
+            "enabled": truthy(values["ENABLE_AUTO_DRAIN"]),
+            "force": truthy(values["DRAIN_USE_FORCE"]),
+            "timeoutSeconds": _seconds(values["DRAIN_TIMEOUT_SECONDS"], "spec.driver.manager.env[DRAIN_TIMEOUT_SECONDS]"),
+            "deleteEmptyDirData": truthy(values["DRAIN_DELETE_EMPTYDIR_DATA"]),
+        }
+        if values["DRAIN_POD_SELECTOR_LABEL"]:
+            drain["podSelector"] = values["DRAIN_POD_SELECTOR_LABEL"]
+        self.put("upgrade.drain", drain, origin=origin)
+
+
+def _seconds(value: str, where: str) -> int:
+    """A Go duration or plain seconds, as k8s-driver-manager's DRAIN_TIMEOUT_SECONDS takes it."""
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    if not text or not match:
+        raise ImportInputError(f"{where}: {value!r} is not a duration such as 300s or 5m")
+    h, m, s = (int(g or 0) for g in match.groups())
+    return h * 3600 + m * 60 + s
