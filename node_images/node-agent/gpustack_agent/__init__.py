@@ -8,10 +8,12 @@ The same image also carries the one-shot validation gate that a Job runs after
 ``pulumi up``, and the inventory loop that reads the node's GPUs through NVML and
 annotates the node with them and with their drift from its pool.
 
-Module layout keeps decisions testable without a cluster: :mod:`.labels` and
-:mod:`.gate` are pure functions over API objects as plain dicts, :mod:`.inventory`
-holds the NVML read (also imported by ``python -m gpustack inventory``) and pure drift
-checks, :mod:`.kube` is the only module that talks to the API server.
+Module layout keeps decisions testable without a cluster: :mod:`.labels`, :mod:`.gate`,
+:mod:`.removal` (which label changes wait for a removal slot), :mod:`.leases` (which slot a
+node may take) and :mod:`.pods` are pure functions over API objects as plain dicts,
+:mod:`.inventory` holds the NVML read (also imported by ``python -m gpustack inventory``)
+and pure drift checks; :mod:`.kube` (API glue, loops, the gate) and :mod:`.pacer` (paced
+removals: GPU work, evictions, Leases) are the only modules that talk to the API server.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

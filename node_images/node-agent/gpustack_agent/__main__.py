@@ -24,7 +24,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import gate, inventory, kube, labels
+from . import gate, inventory, kube, labels, pacer
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60
@@ -37,7 +37,11 @@ _OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-
 LABEL_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
   CONFIG_FILE      node-pools config, re-read on every reconcile (default {DEFAULT_CONFIG_FILE})
-  RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS})
+  RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS});
+                   at most {kube.PACE_POLL_SECONDS} while the node holds a removal slot
+
+With config version 2, deploy label removals and driver handovers wait for GPU work to end
+(or drain it) and for one of the `removal.maxUnavailable` slots, Leases in `removal.namespace`.
 """
 INVENTORY_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
@@ -63,6 +67,15 @@ GATE_HELP = f"""environment:
                    by their nvidia-sandbox-validator pods in NAMESPACE (default: false)
   DRA_VALIDATOR    true: also judge DRA nodes (nvidia.com/gpu.deploy.dra-validator=true) by their
                    DRA validator pods, which carry the operator validator's app label (default: false)
+  EXPECTED_NODES   comma-separated pool=count: each such pool needs at least count validated
+                   nodes (default: none); with POOLS, only pools POOLS names
+  TERMINATION_MESSAGE_PATH
+                   file the verdict is also written to, cut to 4096 bytes
+                   (default {kube.DEFAULT_TERMINATION_MESSAGE_PATH})
+
+Cordoned and NotReady nodes are skipped. A validator or driver pod that cannot start
+(CrashLoopBackOff, ImagePullBackOff, ...) on two polls in a row fails the gate at once.
+In strict mode only `validated` exits 0; judging no GPU node at all is a failure there.
 """
 
 
@@ -128,6 +141,30 @@ def _name_list(env: Mapping[str, str], name: str, is_valid: Callable[[str], bool
     return tuple(entries)
 
 
+def _expected_nodes(env: Mapping[str, str], pools: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    raw = env.get("EXPECTED_NODES", "").strip()
+    if not raw:
+        return ()
+    expected: list[tuple[str, int]] = []
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            raise SettingsError(f"EXPECTED_NODES has an empty entry: {raw!r}")
+        pool, equals, count = (part.strip() for part in entry.partition("="))
+        if not equals:
+            raise SettingsError(f"EXPECTED_NODES entry {entry!r} is not pool=count: {raw!r}")
+        if not pool or not labels.is_label_value(pool):
+            raise SettingsError(f"EXPECTED_NODES entry {entry!r}: {pool!r} is not a valid pool name (label value)")
+        if not count.isdigit() or not count.isascii():
+            raise SettingsError(f"EXPECTED_NODES entry {entry!r}: the count must be an integer of at least 0")
+        if any(pool == seen for seen, _ in expected):
+            raise SettingsError(f"EXPECTED_NODES names {pool} more than once")
+        # A pool POOLS leaves out is never judged, so the gate could only ever time out.
+        if pools and pool not in pools:
+            raise SettingsError(f"EXPECTED_NODES names pool {pool}, which POOLS ({', '.join(pools)}) leaves out")
+        expected.append((pool, int(count)))
+    return tuple(expected)
+
+
 def _is_object_name(value: str) -> bool:
     # A malformed name can never exist, so the gate would report "not found" until
     # its timeout instead of failing at once.
@@ -161,6 +198,8 @@ class GateSettings:
     driver_daemonsets: tuple[str, ...] = ()
     sandbox_validator: bool = False
     dra_validator: bool = False
+    expected_nodes: tuple[tuple[str, int], ...] = ()
+    termination_message_path: str = kube.DEFAULT_TERMINATION_MESSAGE_PATH
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], own_namespace: Callable[[], str | None]) -> "GateSettings":
@@ -171,6 +210,7 @@ class GateSettings:
         # The Job may live outside the operator's namespace; the pod's own namespace
         # is where its Job is, and NAMESPACE is only a last resort outside a cluster.
         job_namespace = env.get("JOB_NAMESPACE", "").strip() or own_namespace() or namespace
+        pools = _name_list(env, "POOLS", labels.is_label_value, "label value")
         return cls(
             namespace=namespace,
             timeout_seconds=_int(env, "TIMEOUT_SECONDS", None, 0),
@@ -178,10 +218,13 @@ class GateSettings:
             mode=mode,
             job_name=_required(env, "JOB_NAME"),
             job_namespace=job_namespace,
-            pools=_name_list(env, "POOLS", labels.is_label_value, "label value"),
+            pools=pools,
             driver_daemonsets=_name_list(env, "DRIVER_DAEMONSETS", _is_object_name, "DaemonSet name"),
             sandbox_validator=_bool(env, "SANDBOX_VALIDATOR", False),
             dra_validator=_bool(env, "DRA_VALIDATOR", False),
+            expected_nodes=_expected_nodes(env, pools),
+            termination_message_path=(env.get("TERMINATION_MESSAGE_PATH", "").strip()
+                                      or kube.DEFAULT_TERMINATION_MESSAGE_PATH),
         )
 
 
@@ -250,8 +293,11 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
-    core, _, _ = clients()
+Clients = Callable[[], tuple[Any, Any, Any, Any]]
+
+
+def _run_label(settings: LabelSettings, clients: Clients) -> int:
+    core, _, _, coordination = clients()
     log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_label_loop(
@@ -260,12 +306,13 @@ def _run_label(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, An
         load_config=lambda: read_config(settings.config_file),
         resync_seconds=settings.resync_seconds,
         log=log_json,
+        reconcile=pacer.Pacer(core, coordination, node_name=settings.node_name, log=log_json),
     )
     return EXIT_OK
 
 
-def _run_inventory(settings: LabelSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
-    core, _, _ = clients()
+def _run_inventory(settings: LabelSettings, clients: Clients) -> int:
+    core, _, _, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "inventory", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_inventory_loop(
@@ -279,8 +326,8 @@ def _run_inventory(settings: LabelSettings, clients: Callable[[], tuple[Any, Any
     return EXIT_OK
 
 
-def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]]) -> int:
-    core, batch, apps = clients()
+def _run_gate(settings: GateSettings, clients: Clients) -> int:
+    core, batch, apps, _ = clients()
     return kube.run_gate(
         core,
         batch,
@@ -289,6 +336,8 @@ def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]
         driver_daemonsets=settings.driver_daemonsets,
         sandbox_validator=settings.sandbox_validator,
         dra_validator=settings.dra_validator,
+        expected_nodes=dict(settings.expected_nodes),
+        termination_message_path=settings.termination_message_path,
         namespace=settings.namespace,
         job_namespace=settings.job_namespace,
         job_name=settings.job_name,
@@ -303,7 +352,7 @@ def _run_gate(settings: GateSettings, clients: Callable[[], tuple[Any, Any, Any]
 def main(
     argv: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
-    clients: Callable[[], tuple[Any, Any, Any]] = kube.load_clients,
+    clients: Clients = kube.load_clients,
     own_namespace: Callable[[], str | None] = read_own_namespace,
 ) -> int:
     args = _build_parser().parse_args(argv)

@@ -17,12 +17,19 @@ Nodes of VM pools (KubeVirt passthrough) run no container stack and no operator
 validator; NVIDIA's sandbox validator checks them instead (VFIO binding, vGPU
 manager and devices). When asked to, the gate judges those nodes by their sandbox
 validator pod in the same way.
+
+Cordoned and NotReady nodes are not judged (someone is working on them, or they are gone) but listed as skipped;
+a pool can declare how many nodes it must have validated, so that skipped or missing nodes cannot make a gate
+pass by shrinking the fleet it judges. A validator or driver pod that cannot start (its image cannot be pulled,
+it crash-loops) fails the gate at once instead of at its timeout.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
+from . import pods as podinfo
 from .labels import POOL_LABEL
 
 # Nodes that should run the validator: the agent marks GPU nodes with
@@ -42,6 +49,12 @@ RESULT_ANNOTATION = "gpu-stack/validation"
 VALIDATED = "validated"
 NOT_VALIDATED = "not-validated"
 NO_GPU_NODES = "no-gpu-nodes"
+FAILED = "failed"
+
+CORDONED = "cordoned"
+NODE_NOT_READY = "not ready"
+# The kubelet keeps at most this many bytes of a container's termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
 
 STRICT = "strict"
 ADVISORY = "advisory"
@@ -92,14 +105,6 @@ def daemonset_rollout(name: str, daemonset: Mapping[str, Any] | None) -> dict[st
     return rollout
 
 
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    # A terminating pod describes the previous rollout, not what `pulumi up` just applied.
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def _pending_init_container(pod: Mapping[str, Any]) -> str | None:
     """The init container the validator is stuck on: each one validates a stage
     (driver, toolkit, CUDA, plugin; for the sandbox validator VFIO, vGPU manager,
@@ -143,10 +148,58 @@ def _not_ready_reason(node_pods: Sequence[Mapping[str, Any]], validator: str) ->
     node whose pods of that validator are ``node_pods``; None when one is Ready."""
     if not node_pods:
         return f"no {validator} pod"
-    if any(_pod_ready(p) for p in node_pods):
+    if any(podinfo.is_ready(p) for p in node_pods):
         return None
     stage = _pending_init_container(_pod_to_report(node_pods))
     return f"{validator} not ready: {stage}" if stage else f"{validator} not ready"
+
+
+def skip_reason(node: Mapping[str, Any]) -> str | None:
+    """Why ``node`` is not judged: CORDONED (``spec.unschedulable``: drained or being repaired, its pods may be
+    gone on purpose) or NODE_NOT_READY (its kubelet does not report, so its pods' status is stale)."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return CORDONED
+    conditions = (node.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return NODE_NOT_READY
+    return None
+
+
+def pod_failures(pod_list: Sequence[Mapping[str, Any]], nodes: set[str]) -> list[dict[str, str]]:
+    """``{node, pod, container, reason}`` for each container of the pods on ``nodes`` that cannot start (see
+    :func:`pods.container_failures`). A terminating pod is the previous rollout's and is left out."""
+    found = []
+    for pod in pod_list:
+        node = podinfo.node_name(pod)
+        if node in nodes and not podinfo.is_terminating(pod):
+            found += [{"node": node, "pod": podinfo.name(pod), **f} for f in podinfo.container_failures(pod)]
+    return sorted(found, key=lambda f: (f["node"], f["pod"], f["container"]))
+
+
+def confirmed_failures(
+    failures: Sequence[Mapping[str, str]], previous: Mapping[str, Any] | None
+) -> list[Mapping[str, str]]:
+    """The ``failures`` the ``previous`` poll's result already reported for the same container of the same pod.
+    One sighting can be a blip (a registry that answered ErrImagePull once); two polls in a row are not. The
+    reason may change in between: ErrImagePull and ImagePullBackOff alternate for one image that cannot be had."""
+    seen = {(f["node"], f["pod"], f["container"]) for f in (previous or {}).get("failures") or []}
+    return [f for f in failures if (f["node"], f["pod"], f["container"]) in seen]
+
+
+def missing_nodes(
+    judged: Mapping[str, Mapping[str, Any]], not_validated: set[str], expected_nodes: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """``{pool, expected, validated}`` for each pool of ``expected_nodes`` with fewer validated nodes among the
+    ``judged`` ones (name -> node) than it expects."""
+    missing = []
+    for pool, expected in expected_nodes.items():
+        validated = sum(
+            1 for name, node in judged.items()
+            if name not in not_validated and ((node.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) == pool
+        )
+        if validated < expected:
+            missing.append({"pool": pool, "expected": expected, "validated": validated})
+    return missing
 
 
 def evaluate(
@@ -157,6 +210,9 @@ def evaluate(
     daemonsets: Mapping[str, Mapping[str, Any] | None] | None = None,
     sandbox_nodes: Sequence[Mapping[str, Any]] | None = None,
     sandbox_pods: Sequence[Mapping[str, Any]] = (),
+    driver_pods: Sequence[Mapping[str, Any]] = (),
+    expected_nodes: Mapping[str, int] | None = None,
+    previous: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Verdict for ``nodes`` (already selected by ``node_selector(pools)``) given the
     validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR) and, when the
@@ -166,7 +222,12 @@ def evaluate(
     When the gate also judges VM nodes, ``sandbox_nodes`` (selected by
     ``node_selector(pools, sandbox=True)``) are judged by ``sandbox_pods`` (selected
     by SANDBOX_VALIDATOR_POD_SELECTOR) in the same way, and the result counts them
-    in ``sandboxNodes``. A node in both lists needs both validators Ready."""
+    in ``sandboxNodes``. A node in both lists needs both validators Ready.
+
+    Cordoned and NotReady nodes are listed in ``skipped`` and not judged. Each pool of ``expected_nodes`` needs
+    at least that many validated nodes (``missingNodes`` otherwise). A validator pod, or a ``driver_pods`` pod
+    owned by one of ``daemonsets``, that cannot start on a judged node is listed in ``failures``; seen in the
+    ``previous`` poll's result too, it makes the status ``failed``."""
     sandbox = sandbox_nodes is not None
     if pools:
         # The server already selected by pool; checking again here keeps the verdict
@@ -176,8 +237,13 @@ def evaluate(
     rollouts = [daemonset_rollout(name, ds) for name, ds in (daemonsets or {}).items()]
     rolled_out = all(r["done"] for r in rollouts)
 
-    container_names = _node_names(nodes)
-    sandbox_names = _node_names(sandbox_nodes or ())
+    every_node = {(n.get("metadata") or {}).get("name", ""): n for n in [*nodes, *(sandbox_nodes or ())]}
+    every_node.pop("", None)
+    skipped = [{"node": name, "reason": reason} for name, node in sorted(every_node.items())
+               if (reason := skip_reason(node))]
+    skipped_names = {s["node"] for s in skipped}
+    container_names = _node_names(nodes) - skipped_names
+    sandbox_names = _node_names(sandbox_nodes or ()) - skipped_names
     pods_by_node = _pods_by_node(pods)
     sandbox_pods_by_node = _pods_by_node(sandbox_pods)
 
@@ -193,11 +259,23 @@ def evaluate(
         if failed:
             not_validated.append({"node": name, "reason": "; ".join(failed)})
 
-    # no-gpu-nodes is a success that ends polling, so a driver DaemonSet that has
+    missing = missing_nodes({n: every_node[n] for n in names}, {e["node"] for e in not_validated},
+                            expected_nodes or {})
+    watched = [*pods, *(sandbox_pods if sandbox else ()),
+               *(p for p in driver_pods if podinfo.owner(p, "DaemonSet") in (daemonsets or {}))]
+    failures = pod_failures(watched, set(names))
+
+    if confirmed_failures(failures, previous):
+        status = FAILED
+    # no-gpu-nodes ends polling in advisory mode, so a driver DaemonSet that has
     # not finished (or not even been created yet) rules it out.
-    if not names and rolled_out:
+    elif not names and rolled_out and not missing and pools and all((expected_nodes or {}).get(p) == 0 for p in pools):
+        # Every judged pool declared itself empty (expectedNodes: 0, a pool scaled to zero): nothing to vouch for is
+        # then the expected answer, not a wrong selector.
+        status = VALIDATED
+    elif not names and rolled_out and not missing:
         status = NO_GPU_NODES
-    elif not_validated or not rolled_out:
+    elif not_validated or not rolled_out or missing or failures:
         status = NOT_VALIDATED
     else:
         status = VALIDATED
@@ -207,6 +285,10 @@ def evaluate(
         "validatedNodes": len(names) - len(not_validated),
         "notValidated": not_validated,
     }
+    # Only when there is something to say, so that the result of a healthy fleet reads as it always did.
+    for key, entries in (("skipped", skipped), ("missingNodes", missing), ("failures", failures)):
+        if entries:
+            result[key] = entries
     if sandbox:
         result["sandboxNodes"] = len(sandbox_names)
     if pools:
@@ -232,14 +314,44 @@ def unavailable_result(error: str, pools: Sequence[str] = (), *, sandbox: bool =
     return result
 
 
-def is_settled(result: Mapping[str, Any]) -> bool:
-    """True when polling can stop early because the answer cannot get better."""
-    return result["status"] in (VALIDATED, NO_GPU_NODES)
+def is_settled(result: Mapping[str, Any], mode: str) -> bool:
+    """True when polling can stop early because the answer cannot change: validated, or failed (a pod that
+    cannot start does not recover by waiting). No GPU nodes settles only an advisory gate: a strict one keeps
+    looking, since a gate that judged nothing vouches for nothing (a wrong selector, nodes still joining)."""
+    if result["status"] == NO_GPU_NODES:
+        return mode == ADVISORY
+    return result["status"] in (VALIDATED, FAILED)
 
 
 def exit_code(result: Mapping[str, Any], mode: str) -> int:
-    """Only strict mode turns a failed validation into a failed Job; advisory mode
-    reports through the annotation and log but lets the pipeline continue."""
+    """Only strict mode turns a failed validation into a failed Job, and in strict
+    mode only `validated` passes; advisory mode reports through the annotation and
+    log but lets the pipeline continue."""
     if mode not in MODES:
         raise ValueError(f"MODE must be one of {MODES}, got {mode!r}")
-    return 1 if mode == STRICT and result["status"] == NOT_VALIDATED else 0
+    return 1 if mode == STRICT and result["status"] != VALIDATED else 0
+
+
+def _compact(result: Mapping[str, Any]) -> str:
+    return json.dumps(result, separators=(",", ":"))
+
+
+def termination_message(result: Mapping[str, Any], limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+    """``result`` as compact JSON of at most ``limit`` bytes, still valid JSON: the longest list is halved until it
+    fits, and ``omitted`` says how many entries of each list were left out (the Job annotation and the log keep
+    them all)."""
+    line = _compact(result)
+    trimmed = dict(result)
+    omitted: dict[str, int] = {}
+    while len(line.encode()) > limit:
+        lists = [(len(value), key) for key, value in trimmed.items() if isinstance(value, list) and value]
+        if not lists:
+            # Nothing left to halve (a very long error): the status alone still tells pass from fail.
+            return _compact({"status": result.get("status"), "omitted": "all but the status"})
+        _, key = max(lists)
+        keep = len(trimmed[key]) // 2
+        omitted[key] = omitted.get(key, 0) + len(trimmed[key]) - keep
+        trimmed[key] = trimmed[key][:keep]
+        trimmed["omitted"] = dict(omitted)
+        line = _compact(trimmed)
+    return line

@@ -1,6 +1,7 @@
 """Kubernetes API glue and the control loops.
 
-Everything that talks to the API server lives here so that :mod:`.labels` and
+Everything that talks to the API server lives here and in :mod:`.pacer` (paced label
+removal), so that :mod:`.labels`, :mod:`.removal`, :mod:`.leases`, :mod:`.pods` and
 :mod:`.gate` stay pure. API objects are converted to dicts shaped like
 ``kubectl get -o json`` (camelCase keys) at this boundary, which is what the pure
 modules and the recorded test fixtures use.
@@ -20,7 +21,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from . import gate, inventory, labels
+from . import gate, inventory, labels, pods
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -31,24 +32,33 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 WATCH_CLIENT_SLACK_SECONDS = 30.0
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_CAP_SECONDS = 30.0
+# While a node holds a removal slot its progress (operand pods leaving, the new driver getting Ready) causes no
+# event on its Node, so the watch is cut this short to look again; the other nodes are waiting on it.
+PACE_POLL_SECONDS = 10
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 Log = Callable[[dict[str, Any]], None]
 Watcher = Callable[[Any, str, int, Optional[str]], Iterable[Mapping[str, Any]]]
+# Brings one node's labels in line with the config; returns whether a paced change is in progress on it.
+Reconcile = Callable[[Mapping[str, Any], Any], bool]
+Clients = tuple[client.CoreV1Api, client.BatchV1Api, client.AppsV1Api, client.CoordinationV1Api]
 
 
-def load_clients() -> tuple[client.CoreV1Api, client.BatchV1Api, client.AppsV1Api]:
+def load_clients() -> Clients:
     """API clients authenticated as the pod's service account."""
     config.load_incluster_config()
     api_client = client.ApiClient()
-    return client.CoreV1Api(api_client), client.BatchV1Api(api_client), client.AppsV1Api(api_client)
+    return (client.CoreV1Api(api_client), client.BatchV1Api(api_client), client.AppsV1Api(api_client),
+            client.CoordinationV1Api(api_client))
 
 
-def _as_dict(api: Any, obj: Any) -> dict[str, Any]:
+def as_dict(api: Any, obj: Any) -> dict[str, Any]:
+    """A client model as the dict ``kubectl get -o json`` prints, what the pure modules read."""
     return api.api_client.sanitize_for_serialization(obj)
 
 
 def get_node(core: Any, name: str) -> dict[str, Any]:
-    return _as_dict(core, core.read_node(name, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+    return as_dict(core, core.read_node(name, _request_timeout=REQUEST_TIMEOUT_SECONDS))
 
 
 def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> None:
@@ -80,7 +90,7 @@ def watch_node(core: Any, name: str, timeout_seconds: int, resource_version: str
 
 def list_nodes(core: Any, label_selector: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
     result = core.list_node(label_selector=label_selector, _request_timeout=request_timeout)
-    return _as_dict(core, result).get("items") or []
+    return as_dict(core, result).get("items") or []
 
 
 def list_pods(
@@ -89,7 +99,7 @@ def list_pods(
     result = core.list_namespaced_pod(
         namespace=namespace, label_selector=label_selector, _request_timeout=request_timeout
     )
-    return _as_dict(core, result).get("items") or []
+    return as_dict(core, result).get("items") or []
 
 
 def read_daemon_set(
@@ -103,7 +113,7 @@ def read_daemon_set(
         if exc.status == 404:
             return None
         raise
-    return _as_dict(apps, result)
+    return as_dict(apps, result)
 
 
 def patch_job_annotations(
@@ -147,8 +157,14 @@ def _describe(exc: BaseException) -> dict[str, Any]:
 
 
 def reconcile_node(core: Any, node: Mapping[str, Any], config_data: Any, log: Log) -> bool:
-    """Apply the labels ``config_data`` asks for; returns whether a patch was sent."""
-    patch = labels.desired_patch(node, config_data)
+    """Apply the labels ``config_data`` asks for, all at once; returns whether a patch was sent."""
+    return apply_label_patch(core, node, labels.desired_patch(node, config_data), log)
+
+
+def apply_label_patch(core: Any, node: Mapping[str, Any], patch: Mapping[str, Any] | None, log: Log,
+                      **record: Any) -> bool:
+    """Send ``patch`` (from :func:`labels.desired_patch` or part of it) and log it, with ``record``'s keys
+    added to the log line; returns whether a patch was sent."""
     if patch is None:
         return False
     metadata = node.get("metadata") or {}
@@ -160,7 +176,8 @@ def reconcile_node(core: Any, node: Mapping[str, Any], config_data: Any, log: Lo
     if metadata.get("resourceVersion"):
         body["metadata"]["resourceVersion"] = metadata["resourceVersion"]
     patch_node(core, name, body)
-    log({"level": "info", "event": "labels-changed", "node": name, **labels.describe_changes(node, patch)})
+    log({"level": "info", "event": "labels-changed", "node": name, **record,
+         **labels.describe_changes(node, patch)})
     return True
 
 
@@ -205,6 +222,7 @@ def run_label_loop(
     sleep: Callable[[float], None] = time.sleep,
     watch_events: Watcher = watch_node,
     rng: Callable[[], float] = random.random,
+    reconcile: Reconcile | None = None,
 ) -> None:
     """Keep the node's labels reconciled until ``stop()`` is true.
 
@@ -212,19 +230,29 @@ def run_label_loop(
     reconciling on every change; the watch timing out is the periodic resync that
     picks up config file changes (they produce no node event). With an invalid config
     the labels stay as they are: guessing could strip deploy labels from every node.
+
+    ``reconcile`` (default: every change at once, :func:`reconcile_node`) is the paced
+    reconcile of :class:`.pacer.Pacer` in the agent; while it says a paced change is in
+    progress the watch lasts at most PACE_POLL_SECONDS.
     """
+    if reconcile is None:
+        def reconcile(node: Mapping[str, Any], config_data: Any) -> bool:
+            reconcile_node(core, node, config_data, log)
+            return False
 
     def one_pass() -> None:
         node = get_node(core, node_name)
-        reconcile_node(core, node, load_config(), log)
+        busy = reconcile(node, load_config())
+        timeout = min(resync_seconds, PACE_POLL_SECONDS) if busy else resync_seconds
         resource_version = (node.get("metadata") or {}).get("resourceVersion")
-        events = iter(watch_events(core, node_name, resync_seconds, resource_version))
+        events = iter(watch_events(core, node_name, timeout, resource_version))
         try:
             for event in events:
                 if stop():
                     return
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    reconcile_node(core, event["object"], load_config(), log)
+                if event["type"] in ("ADDED", "MODIFIED") and reconcile(event["object"], load_config()) != busy:
+                    # A new pass, so that the watch runs for as long as the new state asks.
+                    return
         finally:
             # Release the watch connection now when leaving early (error, stop),
             # not whenever the generator happens to be collected.
@@ -297,6 +325,8 @@ def run_gate(
     driver_daemonsets: Sequence[str] = (),
     sandbox_validator: bool = False,
     dra_validator: bool = False,
+    expected_nodes: Mapping[str, int] | None = None,
+    termination_message_path: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -308,7 +338,10 @@ def run_gate(
     their rollout before the verdict is ``validated``. With ``dra_validator`` the
     DRA nodes count as GPU nodes, judged by the DRA validator's pods. With ``sandbox_validator``
     the VM nodes (sandbox-validator deploy label) are judged too, by their
-    nvidia-sandbox-validator pods in ``namespace``."""
+    nvidia-sandbox-validator pods in ``namespace``. ``expected_nodes`` (pool -> count) is
+    how many validated nodes each of those pools needs. The verdict is settled early when
+    validated, or failed (a validator or driver pod that cannot start, seen on two polls in
+    a row). The verdict also goes to ``termination_message_path``, cut to the kubelet's limit."""
     deadline = clock() + timeout_seconds
     result: dict[str, Any] | None = None
     last_error = "no poll completed"
@@ -331,14 +364,23 @@ def run_gate(
             sandbox_nodes = None
             if sandbox_validator:
                 sandbox_nodes = list_nodes(core, gate.node_selector(pools, sandbox=True), request_timeout)
-            pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
+            validator_pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
             sandbox_pods: list[dict[str, Any]] = []
             if sandbox_validator:
                 sandbox_pods = list_pods(core, namespace, gate.SANDBOX_VALIDATOR_POD_SELECTOR, request_timeout)
-            result = gate.evaluate(nodes, pods, pools=pools, daemonsets=daemonsets,
-                                   sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods)
+            driver_pods: list[dict[str, Any]] = []
+            if driver_daemonsets:
+                # Selected by the label every driver pod carries; gate.evaluate keeps those the named DaemonSets own.
+                driver_pods = list_pods(core, namespace, pods.DRIVER_POD_SELECTOR, request_timeout)
+            result = gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
+                                   sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
+                                   expected_nodes=expected_nodes, previous=result)
             progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
                         "validatedNodes": result["validatedNodes"]}
+            for key, count_key in (("skipped", "skippedNodes"), ("failures", "failures"),
+                                   ("missingNodes", "poolsMissingNodes")):
+                if key in result:
+                    progress[count_key] = len(result[key])
             if "sandboxNodes" in result:
                 progress["sandboxNodes"] = result["sandboxNodes"]
             if "driverRollout" in result:
@@ -349,7 +391,7 @@ def run_gate(
             # created by the same `pulumi up` as its RBAC, which may land a moment later.
             last_error = json.dumps(_describe(exc), separators=(",", ":"))
             log({"level": "warning", "event": "poll-failed", **_describe(exc)})
-        if result is not None and gate.is_settled(result):
+        if result is not None and gate.is_settled(result, mode):
             break
         remaining = deadline - clock()
         if remaining <= 0:
@@ -367,4 +409,17 @@ def run_gate(
         # must not turn a validated stack into a failed Job.
         log({"level": "error", "event": "annotate-failed", "job": job_name, **_describe(exc)})
     out(line)
+    if termination_message_path:
+        write_termination_message(termination_message_path, result, log)
     return gate.exit_code(result, mode)
+
+
+def write_termination_message(path: str, result: Mapping[str, Any], log: Log) -> None:
+    """The verdict where `kubectl describe pod`, the Job's status and `pulumi up`'s error show it. Optional like
+    the annotation: a read-only or missing file must not change the exit code."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(gate.termination_message(result))
+    except OSError as exc:
+        log({"level": "warning", "event": "termination-message-failed", "path": path,
+             "error": f"{type(exc).__name__}: {exc}"})

@@ -8,6 +8,9 @@ manager and MIG manager rewrite ``nvidia.com/gpu.deploy.*`` values while they wo
 and users write ``"false"`` to opt a node out. The rules below therefore only ever
 *add* a deploy label or *remove* one that belongs to another workload; they never
 replace a value someone else chose.
+
+Version 2 of the config adds ``removal``, the pace at which deploy labels may leave nodes; which changes wait for
+it is decided in :mod:`.removal`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SUPPORTED_CONFIG_VERSION = 1
+SUPPORTED_CONFIG_VERSIONS = (1, 2)
 
 POOL_LABEL = "gpu-stack/pool"
+# Names the driver DaemonSet that serves the node (a pool label the Pulumi program sets); the driver DaemonSets
+# select nodes by it, so changing its value hands the node from one DaemonSet to another.
+DRIVER_LABEL = "gpu-stack/driver"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
 APPLIED_LABELS_ANNOTATION = "gpu-stack/applied-labels"
@@ -27,6 +33,9 @@ PAUSED_MARKER = "paused-for-"
 
 # Kubernetes label values: at most 63 characters, alphanumeric at both ends.
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# RFC 1123 label, the form of a namespace name.
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PERCENT_RE = re.compile(r"^([0-9]+)%$")
 
 
 class ConfigError(ValueError):
@@ -45,10 +54,24 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class Removal:
+    """How fast deploy labels may leave nodes: at most ``max_unavailable`` nodes at once (a count, or "N%" of the
+    GPU nodes), sharing that budget through Leases in ``namespace``, where the operands run; ``drain`` evicts GPU
+    work that would otherwise make a node wait."""
+
+    max_unavailable: int | str
+    drain: bool
+    namespace: str
+
+
+@dataclass(frozen=True)
 class Config:
     gpu_node_labels: tuple[str, ...]
     managed_deploy_labels: frozenset[str]
     pools: tuple[Pool, ...]
+    # None for a version 1 document: its Pulumi program granted the agent no Leases and no pods, so every change
+    # is applied at once, as agents before 0.4.0 did.
+    removal: Removal | None = None
 
 
 def _str_list(value: Any, where: str) -> list[str]:
@@ -76,6 +99,28 @@ def _check_label_value(value: str, where: str) -> None:
         raise ConfigError(f"{where} {value!r} is not a valid Kubernetes label value")
 
 
+def _parse_removal(raw: Any) -> Removal:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"removal must be an object with maxUnavailable, drain and namespace, got {raw!r}")
+    budget = raw.get("maxUnavailable")
+    if isinstance(budget, str):
+        match = _PERCENT_RE.match(budget)
+        if not match or not 1 <= int(match.group(1)) <= 100:
+            raise ConfigError(f"removal.maxUnavailable must be a count of at least 1 or a percentage from 1% to "
+                              f"100%, got {budget!r}")
+    elif isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        # bool is an int in Python, and `true` would otherwise read as a budget of one node.
+        raise ConfigError(f"removal.maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%, "
+                          f"got {budget!r}")
+    drain = raw.get("drain")
+    if not isinstance(drain, bool):
+        raise ConfigError(f"removal.drain must be true or false, got {drain!r}")
+    namespace = raw.get("namespace")
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.match(namespace):
+        raise ConfigError(f"removal.namespace must be a namespace name (an RFC 1123 label), got {namespace!r}")
+    return Removal(budget, drain, namespace)
+
+
 def parse_config(raw: Any) -> Config:
     """Validate the node-pools config written by the Pulumi program.
 
@@ -86,12 +131,14 @@ def parse_config(raw: Any) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError(f"node-pools config must be a JSON object, got {type(raw).__name__}")
     version = raw.get("version")
-    if isinstance(version, bool) or version != SUPPORTED_CONFIG_VERSION:
+    if isinstance(version, bool) or version not in SUPPORTED_CONFIG_VERSIONS:
         raise ConfigError(
-            f"unsupported node-pools config version {version!r}: this agent understands "
-            f"version {SUPPORTED_CONFIG_VERSION} only; deploy a node agent image that "
+            f"unsupported node-pools config version {version!r}: this agent understands versions "
+            f"{' and '.join(map(str, SUPPORTED_CONFIG_VERSIONS))}; deploy a node agent image that "
             "matches the Pulumi program"
         )
+    # Required in version 2: without it, the removals version 2 exists to pace would go at full speed.
+    removal = _parse_removal(raw.get("removal")) if version == 2 else None
 
     gpu_node_labels = _str_list(raw.get("gpuNodeLabels"), "gpuNodeLabels")
     if not gpu_node_labels:
@@ -151,7 +198,7 @@ def parse_config(raw: Any) -> Config:
     if clash:
         raise ConfigError(f"gpuNodeLabels uses labels the agent writes: {clash}")
 
-    return Config(tuple(gpu_node_labels), managed, tuple(pools))
+    return Config(tuple(gpu_node_labels), managed, tuple(pools), removal)
 
 
 def is_gpu_node(node_labels: Mapping[str, str], config: Config) -> bool:
@@ -179,6 +226,11 @@ def applied_labels(annotations: Mapping[str, str]) -> frozenset[str]:
     if not isinstance(keys, list):
         return frozenset()
     return frozenset(k for k in keys if isinstance(k, str))
+
+
+def applied_record(keys: frozenset[str] | set[str]) -> str:
+    """The value of the applied-labels annotation that records ``keys``."""
+    return json.dumps(sorted(keys), separators=(",", ":"))
 
 
 def desired_patch(node: Mapping[str, Any], config: Mapping[str, Any] | Config) -> dict[str, Any] | None:
@@ -232,7 +284,7 @@ def desired_patch(node: Mapping[str, Any], config: Mapping[str, Any] | Config) -
     annotation_changes: dict[str, str | None] = {}
     current_record = annotations.get(APPLIED_LABELS_ANNOTATION)
     if owned:
-        record = json.dumps(sorted(owned), separators=(",", ":"))
+        record = applied_record(set(owned))
         if current_record != record:
             annotation_changes[APPLIED_LABELS_ANNOTATION] = record
     elif current_record is not None:

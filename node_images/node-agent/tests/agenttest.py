@@ -1,13 +1,16 @@
-"""Fakes the agent's tests share: Kubernetes API objects and clients, a stop() that ends loops, a log recorder."""
+"""Fakes the agent's tests share: Kubernetes API objects and clients, a stop() that ends loops, a log recorder,
+pods of the kinds the agent judges, and an API server in memory for the paced removal."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from unittest import mock
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 
 def model(obj: Any, kind: str) -> Any:
@@ -35,3 +38,268 @@ class Recorder:
 
     def events(self) -> list[str]:
         return [r["event"] for r in self.records]
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies it, on a copy."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def renamed(node: dict[str, Any], name: str) -> dict[str, Any]:
+    node = copy.deepcopy(node)
+    node["metadata"]["name"] = name
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    return node
+
+
+def clients_of(core: Any = None, batch: Any = None, apps: Any = None, coordination: Any = None) -> Callable[[], tuple]:
+    """The `clients` argument of `__main__.main`: core, batch, apps and coordination API objects."""
+    return lambda: (core, batch, apps, coordination)
+
+
+# --- pods as the API server returns them -------------------------------------------------------------------
+
+NAMESPACE = "gpu-operator"
+A100_DRIVER = "nvidia-driver-daemonset-a100"
+H100_DRIVER = "nvidia-driver-daemonset-h100"
+
+
+def pod(name: str, node: str, *, namespace: str = NAMESPACE, labels: dict[str, str] | None = None,
+        owner: tuple[str, str] | None = None, node_selector: dict[str, str] | None = None,
+        resources: dict[str, Any] | None = None, ready: bool = True, phase: str = "Running",
+        **spec: Any) -> dict[str, Any]:
+    """A pod on `node`; `owner` is (kind, name) of its controller."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {}),
+                                "creationTimestamp": "2025-06-02T10:00:00Z"}
+    if owner is not None:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1],
+                                        "uid": f"uid-{owner[1]}", "controller": True}]
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/main:1"}
+    if resources:
+        container["resources"] = resources
+    body: dict[str, Any] = {"nodeName": node, "containers": [container], **spec}
+    if node_selector:
+        body["nodeSelector"] = dict(node_selector)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body,
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def operand_pod(name: str, node: str, component: str) -> dict[str, Any]:
+    """A pod of an operand DaemonSet, which selects its nodes by `nvidia.com/gpu.deploy.<component>=true`."""
+    return pod(name, node, owner=("DaemonSet", f"nvidia-{component}"),
+               node_selector={f"nvidia.com/gpu.deploy.{component}": "true"})
+
+
+def driver_pod(name: str, node: str, daemonset: str | None, *, ready: bool = True) -> dict[str, Any]:
+    """A driver pod as components/states/driver.py renders it; `daemonset` None: orphaned, its DaemonSet deleted."""
+    return pod(name, node, ready=ready, owner=("DaemonSet", daemonset) if daemonset else None,
+               labels={"app": daemonset or "nvidia-driver-daemonset-gone",
+                       "app.kubernetes.io/component": "nvidia-driver"},
+               node_selector={"nvidia.com/gpu.deploy.driver": "true"})
+
+
+def gpu_job_pod(name: str, node: str, namespace: str = "ml-team") -> dict[str, Any]:
+    """User work holding a GPU: what a removal must not pull the operands from under."""
+    return pod(name, node, namespace=namespace, owner=("Job", name),
+               resources={"limits": {"nvidia.com/gpu": "1"}})
+
+
+def container_status(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A container's status in `state`, e.g. {"waiting": {"reason": "CrashLoopBackOff"}}."""
+    return {"name": name, "image": "registry.example/main:1", "imageID": "", "ready": False, "restartCount": 3,
+            "state": state}
+
+
+def terminating(target: dict[str, Any]) -> dict[str, Any]:
+    """`target`, deleted but not gone yet."""
+    target = copy.deepcopy(target)
+    target["metadata"]["deletionTimestamp"] = "2025-06-02T10:05:00Z"
+    return target
+
+
+def finished(target: dict[str, Any], phase: str = "Succeeded") -> dict[str, Any]:
+    target = copy.deepcopy(target)
+    target["status"]["phase"] = phase
+    return target
+
+
+# --- an API server in memory ------------------------------------------------------------------------------
+
+
+def _api_error(status: int, reason: str) -> ApiException:
+    return ApiException(status=status, reason=reason)
+
+
+def _matches(labels: dict[str, str], selector: str | None) -> bool:
+    if not selector:
+        return True
+    return all(labels.get(key) == value for key, _, value in (term.partition("=") for term in selector.split(",")))
+
+
+class FakeCluster:
+    """Nodes, pods and Leases in memory behind fake CoreV1Api (`core`) and CoordinationV1Api (`coordination`)
+    objects, answering with real client models and with the API server's rules: a write carrying a stale
+    resourceVersion gets 409, a missing object 404, an existing one 409 on create. Deleting or evicting a pod
+    marks it terminating; `settle()` lets terminating pods go. `fail(method, exc, ...)` makes the next calls of
+    a method raise those errors, and `blocked` holds the "namespace/name" of pods a PodDisruptionBudget protects.
+    Mocks underneath, so calls can be asserted."""
+
+    def __init__(self, nodes: Iterable[dict[str, Any]] = (), pods: Iterable[dict[str, Any]] = ()) -> None:
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pods = [copy.deepcopy(p) for p in pods]
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.blocked: set[str] = set()
+        self.evicted: list[str] = []
+        self.deleted: list[str] = []
+        self._failures: dict[str, list[BaseException]] = {}
+        self._version = itertools.count(1000)
+        self.core = fake_api()
+        self.coordination = fake_api()
+        for api, names in ((self.core, ("read_node", "patch_node", "list_node", "list_namespaced_pod",
+                                        "list_pod_for_all_namespaces", "create_namespaced_pod_eviction",
+                                        "delete_namespaced_pod")),
+                           (self.coordination, ("read_namespaced_lease", "create_namespaced_lease",
+                                                "replace_namespaced_lease", "delete_namespaced_lease"))):
+            for name in names:
+                getattr(api, name).side_effect = self._failing(name, getattr(self, f"_{name}"))
+
+    # --- test controls ---
+
+    def fail(self, method: str, *errors: BaseException) -> None:
+        self._failures.setdefault(method, []).extend(errors)
+
+    def add(self, *new_pods: dict[str, Any]) -> None:
+        self.pods += [copy.deepcopy(p) for p in new_pods]
+
+    def remove(self, name: str) -> None:
+        self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+
+    def settle(self) -> None:
+        """Terminating pods finish terminating."""
+        self.pods = [p for p in self.pods if not p["metadata"].get("deletionTimestamp")]
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        return self.nodes[name]["metadata"].get("labels") or {}
+
+    def lease(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+        return self.leases.get((namespace, name))
+
+    def put_lease(self, name: str, holder: str, renewed: str, namespace: str = NAMESPACE,
+                  duration: int = 300) -> None:
+        self.leases[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(next(self._version))},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": renewed,
+                     "renewTime": renewed, "leaseTransitions": 0},
+        }
+
+    # --- the API ---
+
+    def _failing(self, method: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            queue = self._failures.get(method)
+            if queue:
+                raise queue.pop(0)
+            return handler(*args, **kwargs)
+        return call
+
+    def _read_node(self, name: str, _request_timeout: float) -> Any:
+        if name not in self.nodes:
+            raise _api_error(404, "Not Found")
+        return model(self.nodes[name], "V1Node")
+
+    def _patch_node(self, name: str, body: dict[str, Any], _content_type: str, _request_timeout: float) -> Any:
+        node = self.nodes[name]
+        body = copy.deepcopy(body)
+        expected = body["metadata"].pop("resourceVersion", None)
+        if expected is not None and expected != node["metadata"].get("resourceVersion"):
+            raise _api_error(409, "Conflict")
+        for section in ("labels", "annotations"):
+            current = node["metadata"].setdefault(section, {})
+            for key, value in (body["metadata"].get(section) or {}).items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+        node["metadata"]["resourceVersion"] = str(next(self._version))
+        return model(node, "V1Node")
+
+    def _list_node(self, label_selector: str, _request_timeout: float) -> Any:
+        items = [n for n in self.nodes.values() if _matches(n["metadata"].get("labels") or {}, label_selector)]
+        return model({"items": items}, "V1NodeList")
+
+    def _pods_matching(self, namespace: str | None, label_selector: str | None, field_selector: str | None) -> Any:
+        node = field_selector.partition("spec.nodeName=")[2] if field_selector else None
+        items = [p for p in self.pods
+                 if (namespace is None or p["metadata"]["namespace"] == namespace)
+                 and (node is None or p["spec"].get("nodeName") == node)
+                 and _matches(p["metadata"].get("labels") or {}, label_selector)]
+        return model({"items": items}, "V1PodList")
+
+    def _list_namespaced_pod(self, namespace: str, label_selector: str | None = None,
+                             field_selector: str | None = None, _request_timeout: float = 0) -> Any:
+        return self._pods_matching(namespace, label_selector, field_selector)
+
+    def _list_pod_for_all_namespaces(self, field_selector: str | None = None, _request_timeout: float = 0) -> Any:
+        return self._pods_matching(None, None, field_selector)
+
+    def _find_pod(self, name: str, namespace: str) -> dict[str, Any]:
+        for candidate in self.pods:
+            if (candidate["metadata"]["name"], candidate["metadata"]["namespace"]) == (name, namespace):
+                return candidate
+        raise _api_error(404, "Not Found")
+
+    def _create_namespaced_pod_eviction(self, name: str, namespace: str, body: dict[str, Any],
+                                        _request_timeout: float) -> Any:
+        assert body["kind"] == "Eviction" and body["metadata"] == {"name": name, "namespace": namespace}
+        target = self._find_pod(name, namespace)
+        if f"{namespace}/{name}" in self.blocked:
+            raise _api_error(429, "Too Many Requests")
+        self.evicted.append(f"{namespace}/{name}")
+        target["metadata"]["deletionTimestamp"] = "2025-06-02T10:05:00Z"
+
+    def _delete_namespaced_pod(self, name: str, namespace: str, _request_timeout: float) -> Any:
+        self._find_pod(name, namespace)["metadata"]["deletionTimestamp"] = "2025-06-02T10:05:00Z"
+        self.deleted.append(f"{namespace}/{name}")
+
+    def _read_namespaced_lease(self, name: str, namespace: str, _request_timeout: float) -> Any:
+        if (namespace, name) not in self.leases:
+            raise _api_error(404, "Not Found")
+        return model(self.leases[(namespace, name)], "V1Lease")
+
+    def _store_lease(self, namespace: str, body: dict[str, Any]) -> Any:
+        lease = copy.deepcopy(body)
+        lease["metadata"]["resourceVersion"] = str(next(self._version))
+        self.leases[(namespace, lease["metadata"]["name"])] = lease
+        return model(lease, "V1Lease")
+
+    def _create_namespaced_lease(self, namespace: str, body: dict[str, Any], _request_timeout: float) -> Any:
+        if (namespace, body["metadata"]["name"]) in self.leases:
+            raise _api_error(409, "AlreadyExists")
+        return self._store_lease(namespace, body)
+
+    def _replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any],
+                                  _request_timeout: float) -> Any:
+        current = self.leases.get((namespace, name))
+        if current is None:
+            raise _api_error(404, "Not Found")
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise _api_error(409, "Conflict")
+        return self._store_lease(namespace, body)
+
+    def _delete_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any],
+                                 _request_timeout: float) -> Any:
+        current = self.leases.get((namespace, name))
+        if current is None:
+            raise _api_error(404, "Not Found")
+        expected = (body.get("preconditions") or {}).get("resourceVersion")
+        if expected is not None and expected != current["metadata"]["resourceVersion"]:
+            raise _api_error(409, "Conflict")
+        del self.leases[(namespace, name)]

@@ -11,24 +11,14 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agenttest import clients_of, fake_api, model
 from gpustack_agent import __main__ as cli
 from gpustack_agent import gate, labels
 
 AGENT_DIR = Path(__file__).resolve().parents[1]
 GATE_ENV = {"NAMESPACE": "gpu-operator", "TIMEOUT_SECONDS": "0", "MODE": "strict", "JOB_NAME": "gpu-stack-validation"}
-
-
-def fake_api() -> mock.MagicMock:
-    api = mock.MagicMock()
-    api.api_client = client.ApiClient()
-    return api
-
-
-def model(obj: Any, kind: str) -> Any:
-    return client.ApiClient().deserialize(json.dumps(obj), kind, "application/json")
 
 
 def last_json_line(text: str) -> dict[str, Any]:
@@ -74,7 +64,7 @@ def test_wait_validated_exit_code_and_result_line(load_fixture, capsys, mode, co
     core, batch = _gate_clients(load_fixture)
 
     exit_code = cli.main(["wait-validated"], {**GATE_ENV, "MODE": mode},
-                         clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+                         clients=clients_of(core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
 
     assert exit_code == code
     result = last_json_line(capsys.readouterr().out)
@@ -87,7 +77,7 @@ def test_job_namespace_env_overrides_own_namespace(load_fixture):
     core, batch = _gate_clients(load_fixture)
 
     cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", "JOB_NAMESPACE": "ci"},
-             clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+             clients=clients_of(core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
 
     assert batch.patch_namespaced_job.call_args.kwargs["namespace"] == "ci"
 
@@ -100,7 +90,7 @@ def test_sigterm_stops_the_label_loop_cleanly(load_fixture, tmp_path, pool_confi
     core.read_node.side_effect = lambda *a, **k: os.kill(os.getpid(), signal.SIGTERM)
     before = signal.getsignal(signal.SIGTERM)
 
-    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None, None))
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=clients_of(core))
 
     assert code == 0
     assert last_json_line(capsys.readouterr().out)["event"] == "stopping"
@@ -114,7 +104,7 @@ def test_label_exits_1_on_errors_retrying_cannot_fix(tmp_path, pool_config, caps
     core = fake_api()
     core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
 
-    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=lambda: (core, None, None))
+    code = cli.main(["label"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)}, clients=clients_of(core))
 
     assert code == 1
     assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
@@ -132,7 +122,7 @@ def test_read_config_accepts_the_pulumi_output(tmp_path, pool_config):
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "cannot read node-pools config"), ("{not json", "cannot read node-pools config"),
-     ('{"version": 2}', "unsupported node-pools config version 2")],
+     ('{"version": 3}', "unsupported node-pools config version 3")],
 )
 def test_read_config_failures_are_config_errors(tmp_path, content, message):
     path = tmp_path / "node-pools.json"
@@ -205,7 +195,7 @@ def test_wait_validated_for_one_wave(load_fixture, capsys):
 
     exit_code = cli.main(["wait-validated"],
                          {**GATE_ENV, "POOLS": "h100", "DRIVER_DAEMONSETS": "nvidia-driver-daemonset-h100"},
-                         clients=lambda: (core, batch, apps), own_namespace=lambda: "gpu-stack")
+                         clients=clients_of(core, batch, apps), own_namespace=lambda: "gpu-stack")
 
     assert exit_code == 1
     assert core.list_node.call_args.kwargs["label_selector"].endswith(",gpu-stack/pool in (h100)")
@@ -223,7 +213,7 @@ def test_empty_wave_settings_keep_the_fleet_wide_gate(load_fixture, capsys):
     apps = fake_api()
 
     cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", "POOLS": "", "DRIVER_DAEMONSETS": " "},
-             clients=lambda: (core, batch, apps), own_namespace=lambda: "gpu-stack")
+             clients=clients_of(core, batch, apps), own_namespace=lambda: "gpu-stack")
 
     apps.read_namespaced_daemon_set.assert_not_called()
     assert core.list_node.call_args.kwargs["label_selector"] == gate.GPU_NODE_SELECTOR
@@ -271,7 +261,7 @@ def test_wait_validated_with_sandbox_validator_judges_vm_nodes(load_fixture, cap
     core, batch = _selector_clients(load_fixture)
 
     exit_code = cli.main(["wait-validated"], {**GATE_ENV, "SANDBOX_VALIDATOR": "true"},
-                         clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+                         clients=clients_of(core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
 
     assert exit_code == 1
     assert [c.kwargs["label_selector"] for c in core.list_node.call_args_list] == [
@@ -289,7 +279,7 @@ def test_sandbox_validator_false_is_byte_for_byte_the_gate_without_it(load_fixtu
     for extra in ({}, {"SANDBOX_VALIDATOR": "false"}):
         core, batch = _selector_clients(load_fixture)
         cli.main(["wait-validated"], {**GATE_ENV, "MODE": "advisory", **extra},
-                 clients=lambda: (core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
+                 clients=clients_of(core, batch, fake_api()), own_namespace=lambda: "gpu-stack")
         assert [c.kwargs["label_selector"] for c in core.list_node.call_args_list] == [gate.GPU_NODE_SELECTOR]
         assert [c.kwargs["label_selector"] for c in core.list_namespaced_pod.call_args_list] == [
             gate.VALIDATOR_POD_SELECTOR]
@@ -299,3 +289,83 @@ def test_sandbox_validator_false_is_byte_for_byte_the_gate_without_it(load_fixtu
         '{"status":"not-validated","gpuNodes":1,"validatedNodes":0,"notValidated":[{"node":'
         '"ip-10-0-40-7.ec2.internal","reason":"validator not ready: toolkit-validation"}]}'
     )
+
+
+# --- EXPECTED_NODES and the termination message ------------------------------------------------------------
+
+
+def test_expected_nodes_is_a_list_of_pool_counts():
+    settings = cli.GateSettings.from_env({**GATE_ENV, "EXPECTED_NODES": " a100=3, h100 = 0 "}, lambda: "gpu-stack")
+
+    assert settings.expected_nodes == (("a100", 3), ("h100", 0))
+    assert cli.GateSettings.from_env(GATE_ENV, lambda: "gpu-stack").expected_nodes == ()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"EXPECTED_NODES": "a100"}, "EXPECTED_NODES entry 'a100' is not pool=count"),
+        ({"EXPECTED_NODES": "a100=3,,h100=1"}, "EXPECTED_NODES has an empty entry"),
+        ({"EXPECTED_NODES": "a100=3,"}, "EXPECTED_NODES has an empty entry"),
+        ({"EXPECTED_NODES": "a100="}, "the count must be an integer of at least 0"),
+        ({"EXPECTED_NODES": "a100=-1"}, "the count must be an integer of at least 0"),
+        ({"EXPECTED_NODES": "a100=two"}, "the count must be an integer of at least 0"),
+        ({"EXPECTED_NODES": "a100=1.5"}, "the count must be an integer of at least 0"),
+        ({"EXPECTED_NODES": "=3"}, "'' is not a valid pool name"),
+        ({"EXPECTED_NODES": "a100!=3"}, "'a100!' is not a valid pool name"),
+        ({"EXPECTED_NODES": "a100=1,a100=2"}, "EXPECTED_NODES names a100 more than once"),
+        ({"POOLS": "h100", "EXPECTED_NODES": "a100=1"},
+         "EXPECTED_NODES names pool a100, which POOLS (h100) leaves out"),
+    ],
+)
+def test_bad_expected_nodes_exit_2_before_touching_the_api(capsys, env, message):
+    clients = mock.Mock()
+
+    assert cli.main(["wait-validated"], {**GATE_ENV, **env}, clients=clients) == 2
+
+    clients.assert_not_called()
+    assert message in last_json_line(capsys.readouterr().err)["error"]
+
+
+def test_termination_message_path_defaults_to_the_kubelets_file(monkeypatch):
+    from gpustack_agent import kube
+
+    monkeypatch.setattr(kube, "DEFAULT_TERMINATION_MESSAGE_PATH", "/dev/termination-log")
+
+    assert cli.GateSettings.from_env(GATE_ENV, lambda: None).termination_message_path == "/dev/termination-log"
+    assert cli.GateSettings.from_env({**GATE_ENV, "TERMINATION_MESSAGE_PATH": "/tmp/verdict"},
+                                     lambda: None).termination_message_path == "/tmp/verdict"
+
+
+def test_wait_validated_leaves_its_verdict_as_the_termination_message(load_fixture, capsys, termination_log):
+    core, batch = _gate_clients(load_fixture)
+
+    cli.main(["wait-validated"], {**GATE_ENV, "EXPECTED_NODES": "h100=1"}, clients=clients_of(core, batch, fake_api()),
+             own_namespace=lambda: "gpu-stack")
+
+    result = last_json_line(capsys.readouterr().out)
+    assert json.loads(termination_log.read_text()) == result
+    assert result["missingNodes"] == [{"pool": "h100", "expected": 1, "validated": 0}]
+
+
+def test_label_paces_removals_through_the_coordination_client(tmp_path, paced_config, load_fixture, capsys):
+    from agenttest import FakeCluster
+
+    config_file = tmp_path / "node-pools.json"
+    paced_config["pools"][0]["deployLabels"].remove("nvidia.com/gpu.deploy.dcgm")
+    config_file.write_text(json.dumps(paced_config))
+    node = load_fixture("node-a100-labelled")
+    cluster = FakeCluster([node])
+    # A Role without Leases: the agent must say so and stop, not retry for ever.
+    cluster.fail("create_namespaced_lease", ApiException(status=403, reason="Forbidden"))
+
+    code = cli.main(["label"], {"NODE_NAME": node["metadata"]["name"], "CONFIG_FILE": str(config_file)},
+                    clients=clients_of(cluster.core, None, None, cluster.coordination))
+
+    assert code == 1
+    assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
+    assert cluster.coordination.create_namespaced_lease.call_args.kwargs["namespace"] == "gpu-operator"
+    node_labels = cluster.node_labels(node["metadata"]["name"])
+    assert node_labels["nvidia.com/gpu.deploy.dcgm"] == "true"
+    # What needed no slot was applied before.
+    assert node_labels["gpu-stack/driver"] == "nvidia-driver-daemonset-a100"

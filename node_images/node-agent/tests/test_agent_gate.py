@@ -62,12 +62,13 @@ def test_all_ready_is_validated(load_fixture, validator_pods):
     assert result == {"status": "validated", "gpuNodes": 1, "validatedNodes": 1, "notValidated": []}
 
 
-def test_no_gpu_nodes_counts_as_success(validator_pods):
+def test_no_gpu_nodes_settles_only_an_advisory_gate(validator_pods):
     result = evaluate([], validator_pods)
 
     assert result == {"status": "no-gpu-nodes", "gpuNodes": 0, "validatedNodes": 0, "notValidated": []}
-    assert gate.is_settled(result)
-    assert gate.exit_code(result, gate.STRICT) == 0
+    assert gate.is_settled(result, gate.ADVISORY) and gate.exit_code(result, gate.ADVISORY) == 0
+    # A strict gate that judged nothing vouches for nothing: it keeps looking, and fails at its timeout.
+    assert not gate.is_settled(result, gate.STRICT) and gate.exit_code(result, gate.STRICT) == 1
 
 
 def test_unready_pod_without_init_statuses_has_generic_reason(load_fixture, validator_pods):
@@ -103,11 +104,13 @@ def test_pods_on_other_nodes_are_ignored(load_fixture, validator_pods):
     ("status", "mode", "code"),
     [
         ("validated", "strict", 0),
-        ("no-gpu-nodes", "strict", 0),
+        ("no-gpu-nodes", "strict", 1),
         ("not-validated", "strict", 1),
+        ("failed", "strict", 1),
         ("validated", "advisory", 0),
         ("no-gpu-nodes", "advisory", 0),
         ("not-validated", "advisory", 0),
+        ("failed", "advisory", 0),
     ],
 )
 def test_exit_code_by_mode(status, mode, code):
@@ -231,7 +234,7 @@ def test_rollout_in_progress_is_not_validated_even_with_ready_validators(load_fi
              "reason": "updated 1/3, available 2/3"},
         ],
     }
-    assert not gate.is_settled(result)
+    assert not gate.is_settled(result, gate.STRICT)
 
 
 def test_missing_daemonset_is_not_validated_and_never_no_gpu_nodes(load_fixture, validator_pods, driver_daemonsets):
@@ -299,7 +302,7 @@ def test_wave_with_every_rollout_done_and_every_validator_ready_is_validated(loa
             {"daemonset": H100_DS, "desired": 3, "updated": 3, "available": 3, "done": True},
         ],
     }
-    assert gate.is_settled(result)
+    assert gate.is_settled(result, gate.STRICT)
 
 
 def test_no_wave_nodes_and_every_rollout_done_is_no_gpu_nodes(driver_daemonsets):
@@ -317,7 +320,7 @@ def test_no_wave_nodes_and_every_rollout_done_is_no_gpu_nodes(driver_daemonsets)
         "pools": ["a100"],
         "driverRollout": [{"daemonset": A100_DS, "desired": 0, "updated": 0, "available": 0, "done": True}],
     }
-    assert gate.exit_code(result, gate.STRICT) == 0
+    assert gate.exit_code(result, gate.ADVISORY) == 0
 
 
 def test_unavailable_result_names_the_pools():

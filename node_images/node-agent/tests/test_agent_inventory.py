@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from fakenvml import DISABLE, ENABLE, FakeNvml, a100_40gb, a100_80gb, h100_80gb, l4, t4
-from agenttest import Recorder, fake_api, model, stop_after
+from agenttest import Recorder, clients_of, fake_api, model, stop_after
 from gpustack_agent import __main__ as cli
 from gpustack_agent import inventory, kube, labels
 
@@ -280,14 +280,14 @@ def test_inventory_loop_keeps_the_annotations_with_an_invalid_config(monkeypatch
     log = Recorder()
 
     kube.run_inventory_loop(
-        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=2),
+        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=3),
         read_inventory=inventory.read_inventory, resync_seconds=45, log=log, stop=stop_after(1), sleep=sleep,
     )
 
     core.patch_node.assert_not_called()
     sleep.assert_called_once_with(45)
     assert log.records[0]["event"] == "config-invalid"
-    assert "unsupported node-pools config version 2" in log.records[0]["error"]
+    assert "unsupported node-pools config version 3" in log.records[0]["error"]
 
 
 def test_inventory_loop_retries_server_errors_and_gives_up_on_forbidden(monkeypatch, load_fixture, pool_config):
@@ -325,7 +325,7 @@ def test_inventory_command_runs_the_loop_and_exits_1_on_errors_retrying_cannot_f
     core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
 
     code = cli.main(["inventory"], {"NODE_NAME": "n1", "CONFIG_FILE": str(config_file)},
-                    clients=lambda: (core, None, None))
+                    clients=clients_of(core))
 
     assert code == 1
     assert "nvmlInit" in fake.calls

@@ -217,14 +217,14 @@ def test_label_loop_leaves_labels_alone_with_an_invalid_config(fresh_node, pool_
     log = Recorder()
 
     kube.run_label_loop(
-        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=2), resync_seconds=45,
+        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=3), resync_seconds=45,
         log=log, stop=stop_after(1), sleep=sleep, watch_events=lambda *a: iter(()),
     )
 
     core.patch_node.assert_not_called()
     sleep.assert_called_once_with(45)
     assert log.records[0]["event"] == "config-invalid"
-    assert "unsupported node-pools config version 2" in log.records[0]["error"]
+    assert "unsupported node-pools config version 3" in log.records[0]["error"]
 
 
 # --- validation gate -------------------------------------------------------
@@ -244,10 +244,22 @@ class FakeClock:
 
 
 def gate_apis(nodes: list[dict[str, Any]], pod_lists: list[list[dict[str, Any]]]) -> tuple[Any, Any]:
+    """Fake CoreV1Api listing `nodes`, and validator pods: each poll gets the next list of `pod_lists`. No driver
+    pods."""
     core = fake_api()
     core.list_node.return_value = model({"items": nodes}, "V1NodeList")
-    core.list_namespaced_pod.side_effect = [model({"items": pods}, "V1PodList") for pods in pod_lists]
+    validator_lists = iter(pod_lists)
+
+    def list_pods(namespace: str, label_selector: str, _request_timeout: float) -> Any:
+        items = next(validator_lists) if label_selector == gate.VALIDATOR_POD_SELECTOR else []
+        return model({"items": items}, "V1PodList")
+
+    core.list_namespaced_pod.side_effect = list_pods
     return core, fake_api()
+
+
+def validator_lists(core: Any) -> int:
+    return sum(c.kwargs["label_selector"] == gate.VALIDATOR_POD_SELECTOR for c in core.list_namespaced_pod.call_args_list)
 
 
 def run_gate(core: Any, batch: Any, clock: FakeClock, mode: str = "strict", timeout: int = 25,
@@ -311,7 +323,7 @@ def test_gate_times_out_without_overrunning(load_fixture, mode, code):
     # Polls at t=0, 10, 20 and a last one exactly at the deadline.
     assert clock.sleeps == [10.0, 10.0, 5.0]
     assert clock.now - 1000.0 == 25.0
-    assert core.list_namespaced_pod.call_count == 4
+    assert validator_lists(core) == 4
     result = json.loads(out[0])
     assert result["status"] == "not-validated"
     assert result["notValidated"] == [
@@ -349,13 +361,24 @@ def test_gate_annotation_failure_does_not_change_the_verdict(load_fixture):
     assert log.records[-1]["event"] == "annotate-failed"
 
 
-def test_gate_with_zero_gpu_nodes_succeeds_immediately(load_fixture):
+def test_advisory_gate_with_zero_gpu_nodes_succeeds_immediately(load_fixture):
     core, batch = gate_apis([], [[]])
     clock = FakeClock()
 
-    code, out, _ = run_gate(core, batch, clock)
+    code, out, _ = run_gate(core, batch, clock, mode="advisory")
 
     assert code == 0 and clock.sleeps == []
+    assert json.loads(out[0])["status"] == "no-gpu-nodes"
+
+
+def test_strict_gate_with_zero_gpu_nodes_keeps_looking_and_fails_at_its_timeout(load_fixture):
+    core, batch = gate_apis([], [[]] * 4)
+    clock = FakeClock()
+
+    code, out, _ = run_gate(core, batch, clock, mode="strict", timeout=25, poll=10)
+
+    assert code == 1
+    assert clock.sleeps == [10.0, 10.0, 5.0]
     assert json.loads(out[0])["status"] == "no-gpu-nodes"
 
 
@@ -479,7 +502,7 @@ def test_gate_with_no_wave_nodes_waits_for_the_daemonset_before_no_gpu_nodes(dri
     apps = apps_api({A100_DS: [None, empty]})
     clock = FakeClock()
 
-    code, out, _ = run_gate(core, batch, clock, apps=apps, driver_daemonsets=(A100_DS,))
+    code, out, _ = run_gate(core, batch, clock, mode="advisory", apps=apps, driver_daemonsets=(A100_DS,))
 
     assert code == 0
     assert clock.sleeps == [10.0]
@@ -500,7 +523,7 @@ def test_gate_retries_forbidden_daemonset_reads_until_rbac_lands(load_fixture, d
     assert log.events() == ["poll-failed", "poll"]
     assert log.records[0]["status"] == 403
     # The DaemonSets are read first, so the failed poll listed no pods.
-    assert core.list_namespaced_pod.call_count == 1
+    assert validator_lists(core) == 1
     assert json.loads(out[0])["status"] == "validated"
 
 

@@ -282,7 +282,7 @@ def test_applying_the_patch_settles(load_fixture, apply_patch, pool_config, fixt
     assert desired_patch(node, pool_config) is None
 
 
-@pytest.mark.parametrize("version", [2, 0, None, "1", True])
+@pytest.mark.parametrize("version", [3, 0, None, "1", "2", True])
 def test_unknown_config_version_is_rejected(load_fixture, pool_config, version):
     config = dict(pool_config, version=version)
     if version is None:
@@ -330,3 +330,66 @@ def test_describe_changes_reports_old_and_new(load_fixture, pool_config):
 
     assert described["labels"]["gpu-stack/pool"] == {"old": "l4", "new": None}
     assert described["annotations"][APPLIED]["new"] is None
+
+
+# --- version 2: the removal block --------------------------------------------------------------------------
+
+
+def test_version_1_is_still_accepted_and_applies_every_change_at_once(pool_config):
+    assert pool_config["version"] == 1
+
+    assert parse_config(pool_config).removal is None
+
+
+def test_version_2_carries_the_removal_pace(paced_config):
+    assert parse_config(paced_config).removal == labels.Removal(
+        max_unavailable=1, drain=False, namespace="gpu-operator")
+
+
+@pytest.mark.parametrize("budget", [1, 7, "1%", "25%", "100%"])
+def test_removal_budget_is_a_count_or_a_percentage(paced_config, budget):
+    paced_config["removal"]["maxUnavailable"] = budget
+
+    assert parse_config(paced_config).removal.max_unavailable == budget
+
+
+@pytest.mark.parametrize(
+    ("removal", "message"),
+    [
+        (None, "removal must be an object"),
+        ("1", "removal must be an object"),
+        ({"maxUnavailable": 0, "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": -1, "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": True, "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": 1.5, "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": "0%", "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": "101%", "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": "2", "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": "12.5%", "drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"drain": False, "namespace": "gpu-operator"}, "removal.maxUnavailable"),
+        ({"maxUnavailable": 1, "drain": "false", "namespace": "gpu-operator"}, "removal.drain"),
+        ({"maxUnavailable": 1, "namespace": "gpu-operator"}, "removal.drain"),
+        ({"maxUnavailable": 1, "drain": False, "namespace": "GPU-Operator"}, "removal.namespace"),
+        ({"maxUnavailable": 1, "drain": False, "namespace": "gpu.operator"}, "removal.namespace"),
+        ({"maxUnavailable": 1, "drain": False, "namespace": "n" * 64}, "removal.namespace"),
+        ({"maxUnavailable": 1, "drain": False}, "removal.namespace"),
+    ],
+)
+def test_version_2_with_a_bad_removal_block_is_rejected_naming_the_key(paced_config, removal, message):
+    if removal is None:
+        del paced_config["removal"]
+    else:
+        paced_config["removal"] = removal
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config(paced_config)
+
+
+def test_version_2_driver_label_is_a_pool_label_the_agent_applies(load_fixture, paced_config):
+    patch = desired_patch(load_fixture("node-a100-labelled"), paced_config)
+
+    assert patch == {"metadata": {
+        "labels": {"gpu-stack/driver": "nvidia-driver-daemonset-a100"},
+        "annotations": {APPLIED: '["gpu-stack/driver","gpu-stack/pool","nvidia.com/device-plugin.config",'
+                                 '"nvidia.com/gpu.workload.config"]'},
+    }}
