@@ -12,36 +12,38 @@ from typing import Callable, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalogs import catalog
-from components.kit.builders import Images, Later, Operands, image_ref
+from components.catalogs import catalog, dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
-from components.catalogs import dcgm_metrics
 from components.kit import sharing
+from components.kit.builders import Images, Operands, image_ref
+from components.kit.deferred import Later
+from components.kit.dra_api import example_claim_templates, resource_api_version
+from components.kit.driver_targets import Sidecars, ValidatedFiles, plan_targets
+from components.kit.node_inventory import NodeInventory
+from components.kit.node_labeler import NodeLabeler, Removal
+from components.kit.validation_gate import ValidationGate
+from components.kit.waves import DriverWaves
+from components.states.cc_manager import CcManager
 from components.states.dcgm import REMOTE_HOSTENGINE, Dcgm
 from components.states.dcgm_exporter import DcgmExporter
 from components.states.device_plugin import DevicePlugin
-from components.states.driver import Driver, Sidecars, ValidatedFiles, plan_targets
-from components.states.dra_driver import DraDriver, example_claim_templates, resource_api_version
+from components.states.dra_driver import DraDriver
 from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
 from components.states.dra_validator import DraValidator
-from components.kit.waves import DriverWaves
+from components.states.driver import Driver
 from components.states.gfd import GpuFeatureDiscovery
-from components.states.cc_manager import CcManager
 from components.states.kata_device_plugin import KataDevicePlugin
 from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.states.mig_manager import MigManager
 from components.states.monitoring import StackMonitoring
 from components.states.mps import MpsControlDaemon
-from components.kit.node_inventory import NodeInventory
-from components.states.node_status_exporter import NodeStatusExporter
 from components.states.nfd import NodeFeatureDiscovery
-from components.kit.node_labeler import NodeLabeler, Removal
+from components.states.node_status_exporter import NodeStatusExporter
 from components.states.order import STATE_ORDER
 from components.states.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS, PreRequisites, RegistryLogin
 from components.states.sandbox_device_plugin import SandboxDevicePlugin
 from components.states.sandbox_validator import SandboxValidator
 from components.states.toolkit import ContainerToolkit, runtime_files
-from components.kit.validation_gate import ValidationGate
 from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
 from components.states.validator import ready_files as validator_ready_files
 from components.states.vfio_manager import VfioManager

@@ -14,11 +14,12 @@ from typing import Optional
 import pytest
 
 from components.catalogs import consts
+from components.kit.dra_api import example_claim_templates, opt_in_required, resource_api_version
 from components.states import device_plugin as device_plugin_module
 from components.states import dra_driver as dra
 from components.states import dra_validator
 from components.states import validator as operator_validator
-from components.states.dra_driver import DraDriver, example_claim_templates, opt_in_required, resource_api_version
+from components.states.dra_driver import DraDriver
 from components.states.dra_validator import DraValidator, validator_problem
 from gpustack import schema
 from gpustack.crd_schemas import crd_validator

@@ -1,11 +1,11 @@
-"""Small builders every operator state uses: metadata, RBAC sets, host-path volumes, validation gates and the
-operand DaemonSet skeleton. Each mirrors one piece of NVIDIA's `assets/state-*` files and the operator's common
-transforms (`preProcessDaemonSet`, fact sheet §1.4), so a component module reads like its asset folder.
+"""Small builders every operator state uses: metadata, host-path volumes, validation gates and the operand
+DaemonSet skeleton (RBAC sets are in components/kit/rbac.py). Each mirrors one piece of NVIDIA's `assets/state-*`
+files and the operator's common transforms (`preProcessDaemonSet`, fact sheet §1.4), so a component module reads
+like its asset folder.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -37,7 +37,6 @@ from pulumi_kubernetes.core.v1 import (
     VolumeMountArgs,
 )
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
-from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs, RoleRefArgs, SubjectArgs
 
 from components.catalogs import consts
 from components.config import DaemonSets, ServiceMonitorSettings
@@ -217,64 +216,6 @@ def validator_main(name: str, image: str, *, withdraw: str, mounts: Sequence[Vol
     )
 
 
-# --- RBAC ---------------------------------------------------------------------------------------------------
-
-
-def rule(api_groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], names: Sequence[str] = ()) -> PolicyRuleArgs:
-    return PolicyRuleArgs(
-        api_groups=list(api_groups), resources=list(resources), verbs=list(verbs), resource_names=list(names) or None
-    )
-
-
-# Every operand Role in NVIDIA's assets grants `use` of the privileged SCC; inert outside OpenShift, kept so the
-# same stack works there.
-SCC_USE = rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"], ["privileged"])
-
-
-@dataclass
-class RbacSet:
-    service_account: k8s.core.v1.ServiceAccount
-    resources: list[pulumi.Resource]
-
-
-def rbac_set(
-    name: str,
-    namespace: str,
-    *,
-    role_rules: Sequence[PolicyRuleArgs] = (),
-    cluster_role_rules: Sequence[PolicyRuleArgs] = (),
-    labels: Optional[dict[str, str]] = None,
-    opts: pulumi.ResourceOptions,
-) -> RbacSet:
-    """ServiceAccount + Role/RoleBinding + ClusterRole/ClusterRoleBinding (each only when it has rules), all
-    named after the component and each binding only its own SA, as in Appendix B."""
-    sa = k8s.core.v1.ServiceAccount(name, metadata=meta(name, namespace, labels), opts=opts)
-    subject = [SubjectArgs(kind="ServiceAccount", name=name, namespace=namespace)]
-    bound = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[sa]))
-    resources: list[pulumi.Resource] = [sa]
-    if role_rules:
-        role = k8s.rbac.v1.Role(name, metadata=meta(name, namespace, labels), rules=list(role_rules), opts=opts)
-        role_binding = k8s.rbac.v1.RoleBinding(
-            name,
-            metadata=meta(name, namespace, labels),
-            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
-            subjects=subject,
-            opts=pulumi.ResourceOptions.merge(bound, pulumi.ResourceOptions(depends_on=[role])),
-        )
-        resources += [role, role_binding]
-    if cluster_role_rules:
-        cluster_role = k8s.rbac.v1.ClusterRole(name, metadata=meta(name, labels=labels), rules=list(cluster_role_rules), opts=opts)
-        binding = k8s.rbac.v1.ClusterRoleBinding(
-            name,
-            metadata=meta(name, labels=labels),
-            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
-            subjects=subject,
-            opts=pulumi.ResourceOptions.merge(bound, pulumi.ResourceOptions(depends_on=[cluster_role])),
-        )
-        resources += [cluster_role, binding]
-    return RbacSet(service_account=sa, resources=resources)
-
-
 # --- the operand DaemonSet ----------------------------------------------------------------------------------
 
 
@@ -370,24 +311,6 @@ def kept(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
     delete or replace it fails `pulumi up` instead (protect, which the policy pack can see and enforce), and should
     someone unprotect it, a removal leaves it in the cluster (retain_on_delete)."""
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True, retain_on_delete=True))
-
-
-class Later:
-    """A resource the program creates further on, which an earlier resource must wait for: `depends_on` takes
-    an Output, and `output` resolves once `resolve` hands over the resource. Every Later must be resolved, or the
-    resources waiting on it never register."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self._future: asyncio.Future = asyncio.get_event_loop().create_future()
-        self.output: pulumi.Output = pulumi.Output.from_input(self._future)
-
-    def resolve(self, resource: pulumi.Resource) -> None:
-        self._future.set_result(resource)
-
-    @property
-    def resolved(self) -> bool:
-        return self._future.done()
 
 
 def child_opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:

@@ -30,7 +30,8 @@ from pulumi_kubernetes.core.v1 import (
 )
 
 from components.catalogs import consts
-from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset, rbac_set, rule
+from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset
+from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
 from components.config import NodePool
 

@@ -12,11 +12,11 @@ rollout, and for at least `expectedNodes` validated nodes in each pool that decl
 nodes are skipped and listed as such; a crash-looping or unpullable validator or driver fails it at once.
 
 - strict: the Job fails when a node is not validated in time, and so does the update; judging no GPU node at all
-  is a failure too;
+  is a failure too, unless every judged pool declares `expectedNodes: 0`;
 - advisory: the Job always completes and records its verdict in the annotation `gpu-stack/validation`, which
   the program exports as the `validation` stack output.
 The Job is replaced whenever the stack's rendered configuration changes, so every effective `pulumi up`
-re-checks the fleet; a zero-GPU-node cluster completes at once with `no-gpu-nodes`.
+re-checks the fleet; in advisory mode a zero-GPU-node cluster completes at once with `no-gpu-nodes`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components.catalogs import consts
-from components.kit.builders import Operands, also_after, child_opts, env, env_from_field, meta, rbac_set, rule
+from components.kit.builders import Operands, also_after, child_opts, env, env_from_field, meta
+from components.kit.rbac import rbac_set, rule
 from components.config import NodePool
 from components.kit.node_labeler import AGENT_SECURITY
 from components.states.validator import NAME as VALIDATOR

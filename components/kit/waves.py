@@ -29,9 +29,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kit import naming
-from components.kit.builders import Later, Operands, also_after, child_opts, env, rbac_set, rule
+from components.kit.builders import Operands, also_after, child_opts, env
+from components.kit.deferred import Later
+from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
-from components.states.driver import DriverTarget, driver_manager_env
+from components.kit.driver_targets import DriverTarget
+from components.states.driver import driver_manager_env
 from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules
 
 NAME = "gpu-stack-wave-gate"

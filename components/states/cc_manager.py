@@ -37,7 +37,6 @@ from components.kit.builders import (
     NODE_NAME_ENV,
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED_S0,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -45,9 +44,8 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-cc-manager"
 DEPLOY_COMPONENT = "cc-manager"

@@ -16,15 +16,14 @@ from pulumi_kubernetes.core.v1 import ContainerArgs, ContainerPortArgs, ProbeArg
 from components.kit.builders import (
     PRIVILEGED,
     RUN_NVIDIA_VOLUME,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
     meta,
     operand_daemonset,
-    rbac_set,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set
 
 NAME = "nvidia-dcgm"
 CONTAINER = "nvidia-dcgm-ctr"

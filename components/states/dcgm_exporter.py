@@ -19,7 +19,6 @@ from components.catalogs import dcgm_metrics
 from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -30,10 +29,9 @@ from components.kit.builders import (
     metrics_endpoint,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import ServiceMonitorSettings
 
 NAME = "nvidia-dcgm-exporter"

@@ -22,7 +22,6 @@ from components.kit.builders import (
     PLUGIN_CONFIGS_CONFIGMAP,
     PRIVILEGED,
     SOURCE_DRIVER_READY,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -35,10 +34,9 @@ from components.kit.builders import (
     operand_daemonset,
     plugin_config_mounts,
     plugin_config_volumes,
-    rbac_set,
-    rule,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import NodePool
 
 NAME = "nvidia-device-plugin"

@@ -52,7 +52,6 @@ from pulumi_kubernetes.resource.v1 import (
 
 from components.catalogs import consts
 from components.kit.builders import (
-    SCC_USE,
     UNPRIVILEGED_ROOT,
     VALIDATIONS_VOLUME,
     Operands,
@@ -62,9 +61,10 @@ from components.kit.builders import (
     meta,
     mount,
     operand_daemonset,
-    rbac_set,
 )
-from components.states.dra_driver import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP, pool_affinity, resource_api_version
+from components.kit.dra_api import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP, resource_api_version
+from components.kit.rbac import SCC_USE, rbac_set
+from components.states.dra_driver import pool_affinity
 
 NAME = "nvidia-dra-validator"
 CLAIM_TEMPLATE = "nvidia-dra-validator-gpu"

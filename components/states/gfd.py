@@ -21,7 +21,6 @@ from components.kit.builders import (
     PLUGIN_CONFIG_FILE,
     PRIVILEGED,
     RUN_NVIDIA_VOLUME,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -34,10 +33,9 @@ from components.kit.builders import (
     operand_daemonset,
     plugin_config_mounts,
     plugin_config_volumes,
-    rbac_set,
-    rule,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "gpu-feature-discovery"
 SERVICE_ACCOUNT = "nvidia-gpu-feature-discovery"

@@ -37,8 +37,8 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
 )
+from components.kit.rbac import rbac_set
 # The asset's RBAC is the KubeVirt plugin's, rule for rule.
 from components.states.sandbox_device_plugin import CLUSTER_RULES, KUBELET_DEVICE_PLUGINS, ROLE_RULES, workload_gate
 from components.states.sandbox_validator import VFIO_PCI_READY

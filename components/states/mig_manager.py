@@ -22,7 +22,6 @@ from components.catalogs import mig_catalog
 from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
-    SCC_USE,
     SOURCE_DRIVER_READY,
     Operands,
     also_after,
@@ -34,10 +33,9 @@ from components.kit.builders import (
     meta,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-mig-manager"
 DEFAULT_CONFIGMAP = "default-mig-parted-config"

@@ -23,7 +23,6 @@ from components.kit.builders import (
     PLUGIN_CONFIG_FILE,
     PRIVILEGED,
     RUN_NVIDIA_VOLUME,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -35,10 +34,9 @@ from components.kit.builders import (
     operand_daemonset,
     plugin_config_mounts,
     plugin_config_volumes,
-    rbac_set,
-    rule,
     wait_for_validation,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.states.device_plugin import MPS_ROOT
 
 NAME = "nvidia-device-plugin-mps-control-daemon"

@@ -28,9 +28,8 @@ from components.kit.builders import (
     metrics_endpoint,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import rbac_set, rule
 from components.config import ServiceMonitorSettings
 
 NAME = "nvidia-node-status-exporter"

@@ -24,7 +24,6 @@ from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
     PRIVILEGED_ROOT,
-    SCC_USE,
     VALIDATIONS_VOLUME,
     Operands,
     also_after,
@@ -34,9 +33,8 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.states.sandbox_validator import VFIO_PCI_READY, VGPU_DEVICES_READY, WORKLOAD_TYPE_FILE
 
 NAME = "nvidia-sandbox-device-plugin"

@@ -33,7 +33,6 @@ from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED_ROOT,
     PRIVILEGED_ROOT_S0,
-    SCC_USE,
     VALIDATIONS_VOLUME,
     Operands,
     also_after,
@@ -42,11 +41,10 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
     validator_container,
     validator_main,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-sandbox-validator"
 DEPLOY_COMPONENT = "sandbox-validator"

@@ -20,7 +20,6 @@ from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED_ROOT_S0,
     PRIVILEGED_S0,
-    SCC_USE,
     SOURCE_DRIVER_READY,
     Operands,
     also_after,
@@ -31,10 +30,9 @@ from components.kit.builders import (
     meta,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
     validator_container,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.states.prerequisites import RUNTIME_CLASS
 
 NAME = "nvidia-container-toolkit"

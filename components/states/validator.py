@@ -21,7 +21,6 @@ from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED_ROOT,
     PRIVILEGED_ROOT_S0,
-    SCC_USE,
     UNPRIVILEGED_ROOT,
     Operands,
     also_after,
@@ -30,11 +29,10 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
     validator_container,
     validator_main,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-operator-validator"
 

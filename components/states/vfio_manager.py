@@ -26,7 +26,6 @@ from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED,
     PRIVILEGED_S0,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
@@ -34,9 +33,8 @@ from components.kit.builders import (
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-vfio-manager"
 DEPLOY_COMPONENT = "vfio-manager"

@@ -35,7 +35,6 @@ from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
     PRIVILEGED_ROOT,
-    SCC_USE,
     VALIDATIONS_VOLUME,
     Operands,
     also_after,
@@ -47,9 +46,8 @@ from components.kit.builders import (
     meta,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-vgpu-device-manager"
 DEPLOY_COMPONENT = "vgpu-device-manager"

@@ -35,16 +35,14 @@ from pulumi_kubernetes.core.v1 import (
 from components.catalogs import consts
 from components.kit.builders import (
     PRIVILEGED_S0,
-    SCC_USE,
     Operands,
     also_after,
     child_opts,
     host_path,
     mount,
     operand_daemonset,
-    rbac_set,
-    rule,
 )
+from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.states.vfio_manager import driver_manager
 
 NAME = "nvidia-vgpu-manager"

@@ -4,7 +4,7 @@
   more rights than the role holds (`escalate`, `bind`, `impersonate`), no `aggregationRule` (other ClusterRoles
   would widen it later).
 * Bindings never reference `cluster-admin`, bind only ServiceAccounts, and bind each one only to its own role:
-  gpu-stack names a component's ServiceAccount, Role, ClusterRole and both bindings alike (components/kit/builders.py
+  gpu-stack names a component's ServiceAccount, Role, ClusterRole and both bindings alike (components/kit/rbac.py
   `rbac_set`, as NVIDIA's assets do), so a binding whose role is named differently from its ServiceAccount
   grants one component another's rights. A RoleBinding's ServiceAccount lives in the binding's namespace.
 """
@@ -49,7 +49,7 @@ def _check_binding(kind: str, props: Mapping, name: str, report: ReportViolation
     role_ref = objects.mapping(props.get("roleRef"))
     role = str(role_ref.get("name") or "")
     if role == CLUSTER_ADMIN:
-        report(f"{what} binds cluster-admin; fix: bind a role with the component's own rules (components/kit/builders.py rbac_set)")
+        report(f"{what} binds cluster-admin; fix: bind a role with the component's own rules (components/kit/rbac.py rbac_set)")
     for subject in objects.items(props.get("subjects")):
         subject = objects.mapping(subject)
         subject_kind, subject_name = subject.get("kind"), str(subject.get("name") or "")

@@ -1,0 +1,126 @@
+"""Which driver DaemonSets a stack renders and what each one installs: the plan `state-driver`
+(components/states/driver.py) renders and the driver upgrade waves (components/kit/waves.py) order.
+
+Which DaemonSets (`plan_targets`): one per pool with a deployed driver, `nvidia-driver-daemonset-<pool>`, or the
+name the pool pins with `driver.daemonSetName` (pools that pin one name share that DaemonSet); without the node
+labeller the stack's one driver DaemonSet keeps the operator's name `nvidia-driver-daemonset` (components/kit/naming.py).
+Each selects its pools' nodes (`gpu-stack/pool In [...]`), so no node is selected by two of them; precompiled
+DaemonSets also select the pool's kernel. Host-driver pools have no `driver` deploy label and get none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from components.config import NodePool, StackConfig
+from node_images import catalog as node_image_catalog
+
+
+@dataclass(frozen=True)
+class Sidecars:
+    """GPUDirect modules the driver pods build and load next to the driver (fact sheet §2.3): stack-wide, as
+    ClusterPolicy's `gds`, `gdrcopy` and `driver.rdma` are. Repositories and versions; the node's OS tag is
+    appended per DaemonSet, as for the driver image."""
+
+    gds: Optional[tuple[str, str]] = None
+    gdrcopy: Optional[tuple[str, str]] = None
+    rdma: bool = False
+    host_mofed: bool = False
+
+
+@dataclass(frozen=True)
+class ValidatedFiles:
+    """What a node's validator has written once the node works, by how the node's GPUs are handed out: DRA nodes
+    are validated by the DRA validator, whose last file is `dra-ready` rather than cuda's and the plugin's."""
+
+    device_plugin: tuple[str, ...]
+    dra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DriverTarget:
+    """One driver DaemonSet and the pools it serves (`selects_pools` false: every node with the driver deploy label,
+    in a stack without the node labeller)."""
+
+    daemonset: str
+    image: str
+    os_tag: str
+    kernel_module_type: str
+    pools: tuple[str, ...]
+    kernel: Optional[str] = None  # precompiled only
+    sidecars: Sidecars = Sidecars()
+    dra: bool = False  # its pools allocate by DRA
+    selects_pools: bool = True
+
+    def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
+        return files.dra if self.dra else files.device_plugin
+
+    @property
+    def precompiled(self) -> bool:
+        return self.kernel is not None
+
+
+def sanitize_kernel(kernel: str) -> str:
+    """The operator's getSanitizedKernelVersion: drop the arch, '_' -> '.', no trailing '.', lower case."""
+    without_arch = re.sub(r"x86_64(?:_64k)?|aarch64(?:_64k)?", "", kernel)
+    return without_arch.replace("_", ".").rstrip(".").lower()
+
+
+def managed_image(repository: str, version: str, os_tag: str) -> str:
+    # A digest already names one image; only tags get the OS suffix (resolveDriverTag).
+    return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
+
+
+def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
+    """The driver DaemonSets of a stack, in pool order: one per DaemonSet name (see the module docstring).
+    load_config guarantees that pools sharing a name share their driver."""
+    pools_of: dict[str, list[str]] = {}
+    first: dict[str, NodePool] = {}
+    for pool in cfg.driver_pools:
+        name = cfg.pool_driver(pool).daemonset
+        pools_of.setdefault(name, []).append(pool.name)
+        first.setdefault(name, pool)
+    targets = []
+    for name, pool in first.items():
+        plan = cfg.pool_driver(pool)
+        if plan.mode == "precompiled":
+            assert plan.node_image is not None  # load_config guarantees it
+            image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
+        else:
+            image = managed_image(repository, plan.version, plan.os_tag)
+        targets.append(
+            DriverTarget(
+                name,
+                image,
+                plan.os_tag,
+                plan.kernel_module_type,
+                tuple(pools_of[name]),
+                plan.kernel,
+                sidecars,
+                pool.allocation == "dra",
+                selects_pools=cfg.components.node_labeler,
+            )
+        )
+    return targets
+
+
+def config_digest(target: DriverTarget) -> str:
+    """Lets k8s-driver-manager skip an uninstall (and the GPU-pod eviction) when nothing the driver install
+    depends on changed (DRIVER_CONFIG_DIGEST, fact sheet §4.1)."""
+    material = {"image": target.image, "kernelModuleType": target.kernel_module_type}
+    if target.sidecars != Sidecars():
+        # peermem is built into the driver install with MOFED's symbols, so turning RDMA on needs a reinstall.
+        material["gpudirect"] = [*sidecar_images(target).values(), target.sidecars.rdma, target.sidecars.host_mofed]
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sidecar_images(target: DriverTarget) -> dict[str, str]:
+    images = {}
+    for name, repository_version in (("nvidia-fs-ctr", target.sidecars.gds), ("nvidia-gdrcopy-ctr", target.sidecars.gdrcopy)):
+        if repository_version is not None:
+            images[name] = managed_image(*repository_version, target.os_tag)
+    return images
