@@ -7,7 +7,8 @@ teams and reviewers need. An invalid configuration stops here, before anything i
 import pulumi
 
 from components.config import load_config, program_config, program_secret_keys
-from components.stack import GpuStack, kubernetes_provider
+from components.kit.stack_inputs import kubernetes_provider
+from components.stack import GpuStack
 
 config = load_config(program_config(), program_secret_keys())
 provider = kubernetes_provider(config)

@@ -187,7 +187,7 @@ from components.config import load_config, program_config
 from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
 from components.states.dra_validator import DraValidator
-from components.stack import operands
+from components.kit.stack_inputs import operands
 
 ops = operands(load_config(program_config()))
 image = image_ref(catalog.DEFAULT_REGISTRY, *catalog.IMAGES["draDriver"])

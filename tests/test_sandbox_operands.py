@@ -132,7 +132,7 @@ def test_default_workload_reaches_the_check():
 
 SANDBOX_VALIDATOR_PROGRAM = """
 from components.config import load_config, program_config
-from components.stack import operands
+from components.kit.stack_inputs import operands
 from components.states.sandbox_validator import SandboxValidator
 
 SandboxValidator("state-sandbox-validation", ops=operands(load_config(program_config())), cc_manager=True, vgpu=True,

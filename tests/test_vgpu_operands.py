@@ -68,7 +68,7 @@ PROPOSED_ALLOWANCES = {
 PROGRAM = """
 import pulumi
 from components.config import load_config, program_config
-from components.stack import kubernetes_provider, operands
+from components.kit.stack_inputs import kubernetes_provider, operands
 from components.states.vgpu_device_manager import VgpuDeviceManager
 from components.states.vgpu_manager import VgpuManager
 
