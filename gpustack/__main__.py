@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, importer, inventory, packfacts, render, schema
+from gpustack import apiserver, diff, docs, importer, inventory, packfacts, render, schema, stack_schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
@@ -167,6 +167,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     facts_parser = sub.add_parser("pack-facts", help="refresh the policy pack's copies of the fact modules (policies/.../facts)")
     facts_parser.add_argument("--check", action="store_true", help="only report stale copies (exit 1), write nothing")
     facts_parser.set_defaults(run=cmd_pack_facts)
+    docs.add_parser(sub)
+    stack_schema.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -350,7 +350,7 @@ def change_pull_secrets(config: Config) -> Optional[Config]:
 class Edit:
     name: str
     apply: Callable[[Config], Optional[Config]]
-    # What `pulumi up` then does to a live cluster, as the README's runbook states it; the suite pins the objects.
+    # What `pulumi up` then does to a live cluster, as the runbook (docs/runbook.md) states it; the suite pins the objects.
     effect: str
 
 

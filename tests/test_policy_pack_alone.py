@@ -171,3 +171,19 @@ def test_every_policy_says_how_bad_its_violation_is():
         severity, _, rest = policy.description.partition("] ")
         assert severity.split(":")[0] in ("[critical", "[high", "[medium", "[low"), policy.name
         assert rest and ":" in severity, policy.name
+
+
+def test_the_enforcement_table_in_the_docs_is_the_packs_and_the_stacks():
+    from gpustack import docs
+
+    assert not docs.policy_page_stale(), "run `python -m gpustack docs` after changing a policy or policies/config"
+
+
+def test_a_policy_level_changed_in_a_stack_config_makes_the_table_stale(tmp_path):
+    from gpustack import docs
+
+    page = tmp_path / "policies.md"
+    page.write_text(docs.POLICY_PAGE.read_text().replace("| `gpu-quota` | low: capacity hygiene | advisory |", "| `gpu-quota` | low | advisory |"))
+    assert docs.policy_page_stale(page)
+    docs.write_policy_page(page)
+    assert not docs.policy_page_stale(page)
