@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= dev
 OUT ?= out/$(STACK)
 
-.PHONY: render check check-stacks test bench golden
+.PHONY: render check check-stacks test test-all bench golden
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,11 @@ check-stacks: $(VENV)/.installed  ## check every stack in stacks/
 	@set -e; for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
 	  $(PY) -m gpustack check --stack $$s | tail -n 1; done
 
-test: $(VENV)/.installed  ## the whole test suite (what CI runs)
+test: $(VENV)/.installed  ## the test suite (what CI runs): every check, each on its representative stacks
 	$(PY) -m pytest -n 2
+
+test-all: $(VENV)/.installed  ## the test suite plus the matrix cases: every check on every stack it applies to
+	$(PY) -m pytest -n 2 -m ""
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/render.py

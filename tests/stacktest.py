@@ -68,3 +68,15 @@ def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
 
 def env_of(c: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+# The stacks a per-stack check runs on in `make test`; the rest run as `matrix` cases (`make test-all`). Between
+# them they cover every driver mode, runtime, sharing strategy, VM flavour and DRA.
+REPRESENTATIVE = ("prod-managed", "prod-precompiled", "onprem-host-driver", "dra", "kubevirt")
+
+
+def per_stack(stacks=None, keep=REPRESENTATIVE):
+    """`stacks` (default: every stack) as pytest params, those outside `keep` marked `matrix`."""
+    import pytest
+
+    return [s if s in keep else pytest.param(s, marks=pytest.mark.matrix) for s in (stacks or STACKS)]

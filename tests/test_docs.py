@@ -40,7 +40,7 @@ def test_the_readme_links_every_docs_page():
 def test_the_readme_keeps_the_two_commands_on_a_fresh_machine():
     text = README.read_text()
     assert "make render     # builds .venv from the pinned requirements, renders the `dev` stack into out/dev/" in text
-    assert "make test       # builds .venv if needed, runs the whole test suite (what .ci/run runs)" in text
+    assert "make test       # builds .venv if needed, runs the test suite (what .ci/run runs)" in text
 
 
 @pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
