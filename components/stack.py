@@ -144,10 +144,10 @@ class GpuStack(pulumi.ComponentResource):
         return NodeFeatureDiscovery(
             "node-feature-discovery",
             namespace=self._ops.namespace,
-            chart_repository=cfg.nfd.chart_repository,
             chart_version=cfg.versions.nfd_chart,
             daemonsets=cfg.daemonsets,
             registry_override=cfg.registry.override,
+            pull_secrets=self._ops.pull_secrets,
             deploy=deploy,
             kernel_module_labels=kernel_module_labels,
             depends_on=after,

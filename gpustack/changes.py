@@ -26,6 +26,7 @@ ACTIONS = (CREATE, UPDATE, REPLACE, RERUN, DELETE)
 PROVIDER_TYPE = "pulumi:providers:kubernetes"
 JOB_TYPE = "kubernetes:batch/v1:Job"
 DAEMONSET_TYPE = "kubernetes:apps/v1:DaemonSet"
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
 DRIVER_COMPONENT = "nvidia-driver"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -282,6 +283,13 @@ def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str
                               "at once (it was deployed without orphan propagation)"))
             if change.kind in WORKLOAD_REFERENCED and not old.retain_on_delete:
                 found.append(("referenced-deleted", f"{change.label} is deleted, and running workloads stand on it"))
+            if change.type == HELM_RELEASE_TYPE and not old.retain_on_delete:
+                release = old.inputs.get("name") or old.name
+                found.append(("helm-release-deleted", f"Helm release {release} is deleted: `pulumi up` runs helm uninstall, which "
+                              "deletes every object of the release (objects the program now declares under the same names "
+                              "among them) and runs the chart's delete hooks (NFD's prunes its labels from every node); mark "
+                              "it retained in the state first (for NFD: `python -m gpustack.nfd_migration`, see "
+                              "components/states/nfd.py)"))
         if change.action == REPLACE and change.kind in WORKLOAD_REFERENCED:
             found.append(("referenced-deleted", f"{change.label} is replaced (deleted, then created), and running "
                           "workloads stand on it"))

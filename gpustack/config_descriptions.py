@@ -54,7 +54,7 @@ DESCRIPTIONS: dict[str, str] = {
     # --- versions ----------------------------------------------------------------------------------------------
     "versions.driver": "The full driver version (`595.91.07`) or `sha256:` digest of managed drivers; a pool can pin another with `nodePools[].driver.version`. Precompiled drivers follow `driver.branch`.",
     **_IMAGE_VERSIONS,
-    "versions.nfdChart": "The Node Feature Discovery chart version.",
+    "versions.nfdChart": "The Node Feature Discovery chart whose objects gpu-stack renders itself; pinned, any other version is refused (remove the key).",
     # --- driver ------------------------------------------------------------------------------------------------
     "driver": "The stack's driver; each pool can differ with `nodePools[].driver`. See docs/drivers.md.",
     "driver.mode": "`managed`: a driver container builds and loads the modules; `precompiled`: a per-kernel image only loads them (pools name a `nodeImage`); `host`: the node image ships the driver and no driver DaemonSet is deployed.",

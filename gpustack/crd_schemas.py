@@ -12,9 +12,11 @@ instead of being silently pruned by the API server.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any, Optional
 
 import jsonschema
+import yaml
 
 API_VERSION = "monitoring.coreos.com/v1"
 
@@ -228,10 +230,12 @@ KUBEVIRT = _object(
 )
 
 # NFD's NodeFeatureRule (nfd.k8s-sigs.io/v1alpha1, cluster-scoped), from NFD's API reference: rules that turn
-# features a worker found (here: loaded kernel modules) into node labels.
+# features a worker found (here: loaded kernel modules) into node labels. A rule must also pass the schema the CRD
+# itself serves (`served_schema`), which this one follows field by field while refusing unknown keys.
 _MATCH_EXPRESSION = _object(
     {
-        "op": {"enum": ["In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Lt", "GtLt", "IsTrue", "IsFalse"]},
+        "op": {"enum": ["In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Ge", "Lt", "Le", "GtLt", "GeLe", "IsTrue", "IsFalse"]},
+        "type": {"type": "string"},
         "value": _STRINGS,
     },
     required=("op",),
@@ -263,7 +267,20 @@ NODE_FEATURE_RULE = _object(
                             "labels": _STRING_MAP,
                             "labelsTemplate": {"type": "string"},
                             "annotations": _STRING_MAP,
+                            "extendedResources": _STRING_MAP,
+                            "taints": {
+                                "type": "array",
+                                "items": _object(
+                                    {
+                                        "key": {"type": "string", "minLength": 1},
+                                        "value": {"type": "string"},
+                                        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                                    },
+                                    required=("key", "effect"),
+                                ),
+                            },
                             "vars": _STRING_MAP,
+                            "varsTemplate": {"type": "string"},
                             "matchFeatures": _FEATURE_MATCHER,
                             "matchAny": {"type": "array", "items": _object({"matchFeatures": _FEATURE_MATCHER})},
                         },
@@ -310,11 +327,31 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+# The CRDs gpu-stack deploys for NFD (components/states/nfd.py reads the same file): kind -> CRD name.
+NFD_CRDS = Path(__file__).resolve().parent.parent / "components" / "catalogs" / "nfd_crds.yaml"
+SERVED: dict[tuple[str, str], tuple[Path, str]] = {
+    ("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureRule"): (NFD_CRDS, "nodefeaturerules.nfd.k8s-sigs.io"),
+}
+
+
+def served_schema(path: Path, crd: str, version: str) -> dict[str, Any]:
+    """The openAPIV3Schema that CRD `crd` in `path` serves for `version`."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc["metadata"]["name"] == crd:
+            for served in doc["spec"]["versions"]:
+                if served["name"] == version:
+                    return served["schema"]["openAPIV3Schema"]
+    raise KeyError(f"{path.name} has no CRD {crd} serving {version}")
+
+
 @functools.lru_cache(maxsize=None)
 def crd_validator(api_version: str, kind: str) -> Optional[jsonschema.protocols.Validator]:
     """A compiled strict validator for a custom resource kind gpu-stack renders, or None for any other kind."""
     schema = SCHEMAS.get((api_version, kind))
     if schema is None:
         return None
+    if (api_version, kind) in SERVED:
+        path, crd = SERVED[(api_version, kind)]
+        schema = {"allOf": [schema, served_schema(path, crd, api_version.rsplit("/", 1)[1])]}
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)

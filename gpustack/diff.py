@@ -27,7 +27,7 @@ import yaml
 from gpustack import changes
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
 
-DANGER_RULES = ("driver-replaced", "driver-deleted", "referenced-deleted", "wave-over-budget")
+DANGER_RULES = ("driver-replaced", "driver-deleted", "referenced-deleted", "helm-release-deleted", "wave-over-budget")
 BASE_RENDER_SECONDS = 300
 
 

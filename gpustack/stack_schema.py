@@ -104,7 +104,9 @@ def constraints(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
         "registry.pullSecrets": {"items": {"pattern": DNS_SUBDOMAIN.pattern}},
         "registry.credentials.server": {"pattern": REGISTRY.pattern, "not": {"pattern": "/"}},
         # Every image version but the driver's is a tag or digest, never `latest` (Versions._tags).
-        **{path: IMAGE_VERSION for path in paths if path.startswith("versions.") and path != "versions.driver"},
+        **{path: IMAGE_VERSION for path in paths if path.startswith("versions.") and path not in ("versions.driver", "versions.nfdChart")},
+        # gpu-stack renders this one NFD chart version's objects itself (Versions._nfd_chart_pinned).
+        "versions.nfdChart": {"const": catalog.NFD_CHART_VERSION},
         "versions.driver": DRIVER_VERSION,
         "driver.branch": {"pattern": BRANCH.pattern},
         "toolkit.installDir": ABSOLUTE_PATH,

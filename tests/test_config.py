@@ -120,7 +120,9 @@ BAD = [
     ("not a mapping", setter(C, value="prod"), "gpu-stack:cluster", "expected a mapping"),
     ("plugin workload", setter("gpu-stack:validator", "pluginWorkload", value="no"), "gpu-stack:validator.pluginWorkload", "true, false"),
     ("resync", setter("gpu-stack:nodeAgent", "resyncSeconds", value=5), "gpu-stack:nodeAgent.resyncSeconds", "greater than or equal to 10"),
-    ("chart repo", setter("gpu-stack:nfd", "chartRepository", value="registry.k8s.io/nfd"), "gpu-stack:nfd.chartRepository", "oci://"),
+    # gone with the Helm release (components/states/nfd.py): refused by name, whatever the value
+    ("chart repo", setter("gpu-stack:nfd", "chartRepository", value="oci://registry.k8s.io/nfd/charts"), "gpu-stack:nfd.chartRepository", "this key is gone"),
+    ("chart repo null", setter("gpu-stack:nfd", "chartRepository", value=None), "gpu-stack:nfd.chartRepository", "remove it"),
     ("priority class", setter("gpu-stack:daemonsets", "priorityClassName", value="GPU Critical"), "gpu-stack:daemonsets.priorityClassName", "PriorityClass"),
     ("ds labels", setter("gpu-stack:daemonsets", "labels", value={"team": "a b"}), "gpu-stack:daemonsets.labels", "valid Kubernetes label"),
     ("ds annotations", setter("gpu-stack:daemonsets", "annotations", value={"bad key!": "x"}), "gpu-stack:daemonsets.annotations", "annotation key"),

@@ -32,6 +32,7 @@ def test_a_dra_pool_runs_the_dra_driver_and_validator_and_never_the_device_plugi
     assert daemonsets_by_pool(render_stack("dra")) == {
         "gb200-nvl72": {
             "gpu-stack-node-labeler",
+            "node-feature-discovery-worker",  # NFD labels every node, whatever its type
             "gpu-stack-node-inventory",
             "nvidia-driver-daemonset-racks-dra",
             "nvidia-container-toolkit-daemonset",
@@ -43,6 +44,7 @@ def test_a_dra_pool_runs_the_dra_driver_and_validator_and_never_the_device_plugi
         },
         "l40s-inference": {
             "gpu-stack-node-labeler",
+            "node-feature-discovery-worker",  # NFD labels every node, whatever its type
             "gpu-stack-node-inventory",
             "nvidia-driver-daemonset-canary",
             "nvidia-container-toolkit-daemonset",
@@ -111,7 +113,7 @@ def test_without_compute_domains_no_controller_or_crds():
     config = copy.deepcopy(DRA)
     config["gpu-stack:dra"] = {"computeDomains": False}
     recording = render(config, stack="dra")
-    assert objects(recording, "CustomResourceDefinition") == {}
+    assert [crd for crd in objects(recording, "CustomResourceDefinition") if not crd.endswith(".nfd.k8s-sigs.io")] == []
     assert "nvidia-dra-driver-controller" not in objects(recording, "Deployment")
     assert sorted(objects(recording, "DeviceClass")) == ["gpu.nvidia.com", "mig.nvidia.com"]
 

@@ -107,7 +107,7 @@ def test_a_daemonset_without_a_deploy_label_runs_on_every_workload_type():
     broken = edited(render_stack("dev"), drop_selector)
     found = messages(broken, "one-workload-type-per-node")
     assert_names_resource_and_fix(found, "DaemonSet gpu-operator/nvidia-device-plugin-daemonset selects no")
-    allowed = {"workloadAgnosticDaemonSets": ["gpu-stack-node-labeler", "nvidia-device-plugin-daemonset"]}
+    allowed = {"workloadAgnosticDaemonSets": ["gpu-stack-node-labeler", "node-feature-discovery-worker", "nvidia-device-plugin-daemonset"]}
     assert messages(broken, "one-workload-type-per-node", {"one-workload-type-per-node": allowed}) == []
 
 
@@ -280,14 +280,21 @@ def test_the_validator_workload_image_counts_once_per_image():
     assert len(found) == 1 and "env VALIDATOR_IMAGE of container 'cuda-validation'" in found[0]
 
 
-def test_the_helm_release_must_pin_its_chart_and_trusted_image_overrides():
+def test_nfds_images_are_judged_like_every_operands():
+    assert messages(render_stack("prod-managed"), "images-pinned", pack_config("prod-managed")) == []
+
     def unpin(broken: Recording) -> None:
-        release = broken.find("kubernetes:helm.sh/v3:Release", "node-feature-discovery")
-        release.inputs.pop("version")
-        release.inputs["values"]["image"] = {"repository": "quay.io/nfd/node-feature-discovery", "tag": "latest"}
+        container(pod_spec(broken, "DaemonSet", "node-feature-discovery-worker"), "worker")["image"] = "quay.io/nfd/node-feature-discovery:latest"
+        container(pod_spec(broken, "Deployment", "node-feature-discovery-gc"), "gc")["image"] = "registry.k8s.io/nfd/node-feature-discovery"
 
     found = messages(edited(render_stack("prod-managed"), unpin), "images-pinned", pack_config("prod-managed"))
-    assert_names_resource_and_fix(found, "Helm release gpu-operator/node-feature-discovery has chart version '(none)'", "values.image.tag latest", "quay.io/nfd")
+    assert_names_resource_and_fix(
+        found,
+        "DaemonSet gpu-operator/node-feature-discovery-worker: image 'quay.io/nfd/node-feature-discovery:latest'",
+        "uses the tag latest",
+        "outside allowedRegistries",
+        "Deployment gpu-operator/node-feature-discovery-gc: image 'registry.k8s.io/nfd/node-feature-discovery' (container 'gc') has no tag",
+    )
 
 
 def test_images_pinned_is_mandatory_in_prod_and_advisory_in_dev():

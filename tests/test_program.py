@@ -341,14 +341,14 @@ def test_registry_override_and_pull_secrets_reach_every_operand():
             assert c["image"].startswith("registry.dc2.corp:5000/"), (name, c["image"])
 
 
-def test_nfd_is_the_operators_chart_or_nothing():
-    release = render_stack("prod-managed").find("kubernetes:helm.sh/v3:Release", "node-feature-discovery")
-    assert release.inputs["chart"] == "oci://registry.k8s.io/nfd/charts/node-feature-discovery"
-    assert release.inputs["version"] == "0.19.0"
-    assert release.inputs["values"]["master"]["config"]["extraLabelNs"] == ["nvidia.com"]
-    assert release.inputs["values"]["worker"]["config"]["sources"]["pci"]["deviceClassWhitelist"] == ["02", "0200", "0207", "0300", "0302"]
+def test_nfd_is_the_operators_chart_rendered_natively_or_nothing():
+    """No Helm release anywhere: NFD's objects are the stack's own (tests/test_nfd.py has the details)."""
+    deployed = render_stack("prod-managed")
+    assert not [r for r in deployed.registrations if "helm" in r.type]
+    assert set(objects(deployed, "Deployment")) >= {"node-feature-discovery-master", "node-feature-discovery-gc"}
+    assert "node-feature-discovery-worker" in objects(deployed, "DaemonSet")
     existing = render_stack("onprem-host-driver")
-    assert not [r for r in existing.registrations if "helm" in r.type]
+    assert not [r for r in existing.registrations if "helm" in r.type or "NodeFeatureDiscovery" in r.type]
 
 
 def test_daemonset_settings_apply_to_every_operand():
@@ -360,7 +360,12 @@ def test_daemonset_settings_apply_to_every_operand():
         "maxUnavailable": "25%",
         "labels": {"team": "platform"},
     }
-    for name, ds in objects(render(config), "DaemonSet").items():
+    daemonsets = objects(render(config), "DaemonSet")
+    # NFD's worker is the chart's, not an operand: the priority class and GPU tolerations, after the control plane's
+    nfd_worker = daemonsets.pop("node-feature-discovery-worker")["spec"]["template"]["spec"]
+    assert nfd_worker["priorityClassName"] == "gpu-critical"
+    assert [t["key"] for t in nfd_worker["tolerations"]] == ["node-role.kubernetes.io/control-plane", "dedicated"]
+    for name, ds in daemonsets.items():
         spec = ds["spec"]["template"]["spec"]
         assert spec["priorityClassName"] == "gpu-critical"
         assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "gpu"}]

@@ -51,6 +51,7 @@ def test_each_workload_type_gets_exactly_its_daemonsets():
     assert daemonsets_by_pool(render_stack("kubevirt")) == {
         "containers-l40s": {
             "gpu-stack-node-labeler",
+            "node-feature-discovery-worker",  # NFD labels every node, whatever its type
             "gpu-stack-node-inventory",
             "nvidia-driver-daemonset",
             "nvidia-container-toolkit-daemonset",
@@ -61,12 +62,14 @@ def test_each_workload_type_gets_exactly_its_daemonsets():
         },
         "vm-a100": {
             "gpu-stack-node-labeler",
+            "node-feature-discovery-worker",  # NFD labels every node, whatever its type
             "nvidia-sandbox-validator",
             "nvidia-vfio-manager",
             "nvidia-sandbox-device-plugin-daemonset",
         },
         "vgpu-a10": {
             "gpu-stack-node-labeler",
+            "node-feature-discovery-worker",  # NFD labels every node, whatever its type
             "nvidia-vgpu-manager-daemonset",
             "nvidia-vgpu-device-manager",
             "nvidia-sandbox-validator",

@@ -44,10 +44,13 @@ IMAGES: dict[str, tuple[str, str]] = {
 # MinimumGDSVersionForOpenRM).
 GDS_MIN_VERSION_FOR_OPEN_MODULES = (2, 17, 5)
 
-# The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml).
+# The operator bundles NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml); gpu-stack renders the objects
+# of that chart version itself (components/states/nfd.py), with the image of the chart's appVersion from NFD's
+# registry, or from `registry.override` under the same path.
 NFD_CHART = "node-feature-discovery"
-NFD_CHART_REPOSITORY = "oci://registry.k8s.io/nfd/charts"
 NFD_CHART_VERSION = "0.19.0"
+NFD_REGISTRY = "registry.k8s.io"
+NFD_IMAGE = ("nfd/node-feature-discovery", "v0.19.0")
 
 ARCHITECTURES = ("volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell")
 

@@ -132,6 +132,17 @@ class Versions(_Model):
 
     _driver_version = field_validator("driver")(_full_driver_version)
 
+    @field_validator("nfd_chart")
+    @classmethod
+    def _nfd_chart_pinned(cls, value: str) -> str:
+        # gpu-stack renders NFD's objects itself, from this one chart version's templates (components/states/nfd.py).
+        if value != catalog.NFD_CHART_VERSION:
+            raise ValueError(
+                f"gpu-stack renders the objects of NFD chart {catalog.NFD_CHART_VERSION} itself, so no other chart "
+                "version can be chosen: remove the key"
+            )
+        return value
+
 
 def _absolute_path(value: Optional[str]) -> Optional[str]:
     if value is not None and (not value.startswith("/") or "//" in value or value.endswith("/") and value != "/"):
@@ -172,14 +183,18 @@ class Validation(_Model):
 
 class Nfd(_Model):
     mode: Literal["deploy", "existing"] = "deploy"
-    chart_repository: str = catalog.NFD_CHART_REPOSITORY
+    # Gone: gpu-stack renders NFD's objects itself (components/states/nfd.py) and pulls no chart. Declared only so
+    # an old stack file that sets it is refused by name; never part of the dumped configuration.
+    chart_repository: Optional[str] = Field(default=None, exclude=True)
 
-    @field_validator("chart_repository")
+    @field_validator("chart_repository", mode="before")
     @classmethod
-    def _repository(cls, value: str) -> str:
-        if not re.fullmatch(r"(oci|https)://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._-]+)*/?", value):
-            raise ValueError(f"{value!r} is not an oci:// or https:// chart repository URL")
-        return value
+    def _repository_gone(cls, value: object) -> None:
+        raise ValueError(
+            "this key is gone: gpu-stack renders Node Feature Discovery's objects itself (chart "
+            f"{catalog.NFD_CHART_VERSION}, pinned) and pulls no chart; remove it (an air-gapped cluster mirrors "
+            f"{catalog.NFD_REGISTRY}/{catalog.NFD_IMAGE[0]} under registry.override instead)"
+        )
 
 
 # The node-pools document this program writes is version 2 (components/kit/node_labeler.py); 0.4.0 is the first

@@ -1,28 +1,152 @@
 """Node Feature Discovery: the labels (`feature.node.kubernetes.io/pci-10de.present`, kernel, OS) that tell the
 rest of the stack which nodes carry NVIDIA GPUs.
 
-The operator ships NFD as a Helm subchart (deployments/gpu-operator/Chart.yaml, v0.19.0) with values that
-whitelist PCI display/network classes and let GFD publish `nvidia.com` labels; gpu-stack installs the same chart
-with the same values. Clusters that already run NFD (often via the Network Operator) set `nfd.mode: existing`
-and nothing is installed, so NFD is never duplicated.
+The operator ships NFD as a Helm subchart (GO:deployments/gpu-operator/Chart.yaml, chart 0.19.0) with values that
+whitelist PCI display/network classes and let GFD publish `nvidia.com` labels. gpu-stack renders what that chart
+renders with those values as first-class objects, like every other state, so the policy pack and the strict schema
+check see each of them and a preview needs no chart repository. Facts from kubernetes-sigs/node-feature-discovery
+at tag v0.19.0 (NFD:), deployment/helm/node-feature-discovery/templates/*.yaml and values.yaml, for a release
+named `node-feature-discovery` (the chart's `fullname`) with GO:deployments/gpu-operator/values.yaml
+`node-feature-discovery:` as values:
 
-With GPUDirect on, the chart's NodeFeatureRule `nvidia-kernel-modules` (GO:deployments/gpu-operator/templates/
-nodefeaturerules.yaml) is rendered in either mode: it labels nodes `nvidia.com/{gds,gdrcopy,peermem}.capable`
-from the kernel modules NFD sees loaded, so GPUDirect jobs can select the nodes where the modules really are.
+* master: Deployment `node-feature-discovery-master` (1 replica, `-port=8080`, probes on /healthz, prefers and
+  tolerates control-plane nodes), ConfigMap `node-feature-discovery-master-conf` (`extraLabelNs: [nvidia.com]`),
+  and the one ServiceAccount `node-feature-discovery` that the operator's values give master, worker and gc
+  alike, with ClusterRole/ClusterRoleBinding `node-feature-discovery`.
+* worker: DaemonSet `node-feature-discovery-worker` (`-owner-refs=pod,ds`, read-only host paths /boot,
+  /etc/os-release, /sys, /usr/lib, /lib, /proc/swaps and the features.d hook directory, control-plane and GPU
+  tolerations, `maxUnavailable: 10%`), ConfigMap `node-feature-discovery-worker-conf` (PCI classes 02, 0200, 0207,
+  0300, 0302 labelled by vendor), Role/RoleBinding `node-feature-discovery-worker`. No worker ClusterRole: the
+  chart renders one only for `node` owner references.
+* gc: Deployment `node-feature-discovery-gc` (`-gc-interval=1h`), ClusterRole/ClusterRoleBinding
+  `node-feature-discovery-gc`.
+* The CRDs nodefeatures, nodefeaturegroups and nodefeaturerules (nfd.k8s-sigs.io), from the chart's crds/ folder
+  (components/catalogs/nfd_crds.yaml), protected like every CRD (`kept`).
+
+Names, selectors, labels (but `app.kubernetes.io/managed-by: gpu-stack`, like every object of the stack), args,
+ports, probes, security contexts, mounts and resources are the chart's; so is the pod template's
+`checksum/config`, Helm's sha256 of the rendered ConfigMap template (`helm_config_text`). Left out: the chart's
+post-delete hook (a Job running `nfd-master -prune`, which strips NFD's labels from every node when the release
+is uninstalled) and everything the values leave off (topology updater, network policies, PDBs, PodMonitor).
+With `registry.override` the image is pulled from `<override>/nfd/node-feature-discovery`, with the registry's pull
+secrets as the chart's `imagePullSecrets` (the operator's values set none, as its NFD image is public). The chart
+version and image are pinned (components/catalogs/catalog.py); `versions.nfdChart` can only name that version.
+
+Clusters that already run NFD (often via the Network Operator) set `nfd.mode: existing` and nothing of the above
+is rendered, so NFD is never duplicated. With GPUDirect on, the operator chart's NodeFeatureRule
+`nvidia-kernel-modules` (GO:deployments/gpu-operator/templates/nodefeaturerules.yaml) is rendered in either mode:
+it labels nodes `nvidia.com/{gds,gdrcopy,peermem}.capable` from the kernel modules NFD sees loaded, and waits for
+the NodeFeatureRule CRD when gpu-stack deploys it.
+
+Migrating a live stack from the Helm release (day 2)
+----------------------------------------------------
+Earlier versions installed this chart as a `kubernetes:helm.sh/v3:Release` named `node-feature-discovery`. On
+`pulumi up` the engine creates what the program declares first and deletes what it no longer declares last, and a
+Release's delete is `helm uninstall`: it would delete every object of the release, which this module now owns
+under the same names, and run the chart's prune hook, stripping the NFD labels that place the driver, the node
+agent and every operand. The objects therefore keep the chart's names and selectors (an immutable selector would
+otherwise force a replace) and carry `pulumi.com/patchForce: "true"`, so server-side apply takes over the fields
+Helm's field manager owned, now and on every later change to them; and the Release must leave the state without
+an uninstall. `pulumi state delete` refuses that (the node-labelling component and the NodeFeatureRule depend on
+the Release in the state), so the Release is marked retained instead. Once per live stack with `nfd.mode: deploy`:
+
+1. Drop `gpu-stack:nfd.chartRepository` from the stack file (the program refuses the key).
+2. `pulumi stack export --file state.json`, then
+   `python -m gpustack.nfd_migration state.json` (sets `retainOnDelete` on the Release in the file; it says when
+   there is none), then `pulumi stack import --file state.json`.
+3. `PULUMI_K8S_UPSERT_EXISTING_OBJECTS=true pulumi up`: the native objects adopt the release's objects in place
+   (server-side apply onto what exists instead of AlreadyExists), and the retained Release is dropped from the
+   state without `helm uninstall`. Preview first: it must show no NFD object replaced, and the Release deleted.
+4. `kubectl -n <namespace> delete secret -l owner=helm,name=node-feature-discovery`: Helm's release records, so
+   no later `helm uninstall` can delete the objects or prune the labels; the objects stay.
+
+Step 2 must come before step 3: step 3 without it adopts the objects and then uninstalls the release over them.
+Without the environment variable of step 3 the objects the release holds cannot be created (AlreadyExists), so the
+update stops before its deletes, which come last, and the Release stays. `gpustack diff` against a commit of the
+old program reports the Release's deletion as `helm-release-deleted`: it cannot see the state, so allow it once
+step 2 is done. Stacks created with this version, and stacks with `nfd.mode: existing`, need none of this.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import functools
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
+from pulumi_kubernetes.apiextensions.v1 import (
+    CustomResourceDefinitionNamesArgs,
+    CustomResourceDefinitionSpecArgs,
+    CustomResourceDefinitionVersionArgs,
+    CustomResourceValidationArgs,
+)
+from pulumi_kubernetes.apps.v1 import (
+    DaemonSetSpecArgs,
+    DaemonSetUpdateStrategyArgs,
+    DeploymentSpecArgs,
+    RollingUpdateDaemonSetArgs,
+)
+from pulumi_kubernetes.core.v1 import (
+    AffinityArgs,
+    CapabilitiesArgs,
+    ContainerArgs,
+    ContainerPortArgs,
+    HTTPGetActionArgs,
+    LocalObjectReferenceArgs,
+    NodeAffinityArgs,
+    NodeSelectorRequirementArgs,
+    PodSecurityContextArgs,
+    PodSpecArgs,
+    PodTemplateSpecArgs,
+    PreferredSchedulingTermArgs,
+    NodeSelectorTermArgs,
+    ProbeArgs,
+    ResourceRequirementsArgs,
+    SecurityContextArgs,
+    TolerationArgs,
+)
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
+from pulumi_kubernetes.rbac.v1 import RoleRefArgs, SubjectArgs
 
 from components.catalogs import catalog
+from components.catalogs.consts import SKIP_AWAIT
 from components.config import DaemonSets
+from components.kit.builders import (
+    NODE_NAME_ENV,
+    also_after,
+    child_opts,
+    config_map_volume,
+    env_from_field,
+    host_path,
+    image_ref,
+    kept,
+    meta,
+    mount,
+)
+from components.kit.rbac import rule
 
+# The Helm release earlier versions installed; the chart names every object after it (its `fullname`).
 RELEASE = "node-feature-discovery"
-NFD_IMAGE_PATH = "nfd/node-feature-discovery"
+MASTER = f"{RELEASE}-master"
+WORKER = f"{RELEASE}-worker"
+GC = f"{RELEASE}-gc"
+MASTER_CONF = f"{MASTER}-conf"
+WORKER_CONF = f"{WORKER}-conf"
+MASTER_CONF_KEY = "nfd-master.conf"
+WORKER_CONF_KEY = "nfd-worker.conf"
+# The operator's values give master, worker and gc this one ServiceAccount, created with the master.
+SERVICE_ACCOUNT = RELEASE
+
+CRD_GROUP = "nfd.k8s-sigs.io"
+CRD_FILE = Path(__file__).resolve().parent.parent / "catalogs" / "nfd_crds.yaml"
+NODE_FEATURE_RULE_CRD = f"nodefeaturerules.{CRD_GROUP}"
 KERNEL_MODULES_RULE = "nvidia-kernel-modules"
 # module -> the label a node gets while it is loaded
 CAPABLE_LABELS = {
@@ -30,6 +154,84 @@ CAPABLE_LABELS = {
     "nvidia_fs": "nvidia.com/gds.capable",
     "nvidia_peermem": "nvidia.com/peermem.capable",
 }
+
+# --- labels -----------------------------------------------------------------------------------------------------
+
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+ROLE_LABEL = "role"
+SELECTOR_LABELS = {NAME_LABEL: catalog.NFD_CHART, INSTANCE_LABEL: RELEASE}
+# The chart's common labels; `meta` adds managed-by (gpu-stack, where the chart says Helm).
+CHART_LABELS = {
+    "helm.sh/chart": f"{catalog.NFD_CHART}-{catalog.NFD_CHART_VERSION}",
+    **SELECTOR_LABELS,
+    "app.kubernetes.io/version": catalog.NFD_IMAGE[1],
+}
+# server-side apply takes the fields Helm's field manager still owns on the objects of a migrated release
+PATCH_FORCE = {"pulumi.com/patchForce": "true"}
+CONFIG_CHECKSUM = "checksum/config"
+
+# --- the operator's values (GO:deployments/gpu-operator/values.yaml `node-feature-discovery:`) -------------------
+
+MASTER_CONFIG: dict[str, Any] = {"extraLabelNs": ["nvidia.com"]}
+# PCI classes that get a `pci-<class>_<vendor>.present` label: network (02, 0200, 0207 InfiniBand) and display
+# (0300 VGA, 0302 3D controller); labelled by vendor only, hence `pci-10de.present` on every NVIDIA GPU node.
+WORKER_CONFIG: dict[str, Any] = {
+    "sources": {"pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"], "deviceLabelFields": ["vendor"]}}
+}
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+CONTROL_PLANE_TOLERATION = TolerationArgs(key=CONTROL_PLANE, operator="Equal", value="", effect="NoSchedule")
+
+# --- the chart's pod settings (NFD:values.yaml defaults) ---------------------------------------------------------
+
+PORT = 8080
+PORT_NAME = "http"
+HEALTH_PATH = "/healthz"
+CONFIG_DIR = "/etc/kubernetes/node-feature-discovery"
+# the worker's hook directory, written with its trailing slash as the chart writes it (host path and mount)
+FEATURES_DIR = f"{CONFIG_DIR}/features.d/"
+DNS_POLICY = "ClusterFirstWithHostNet"
+GC_INTERVAL = "1h"
+WORKER_OWNER_REFS = ("pod", "ds")
+WORKER_MAX_UNAVAILABLE = "10%"
+# volume -> (host path, mount path), read-only, in the chart's order
+WORKER_HOST_MOUNTS: dict[str, tuple[str, str]] = {
+    "host-boot": ("/boot", "/host-boot"),
+    "host-os-release": ("/etc/os-release", "/host-etc/os-release"),
+    "host-sys": ("/sys", "/host-sys"),
+    "host-usr-lib": ("/usr/lib", "/host-usr/lib"),
+    "host-lib": ("/lib", "/host-lib"),
+    "host-proc-swaps": ("/proc/swaps", "/host-proc/swaps"),
+    "features-d": (FEATURES_DIR, FEATURES_DIR),
+}
+# container -> (memory limit, cpu request, memory request)
+RESOURCES = {"master": ("4Gi", "100m", "128Mi"), "worker": ("512Mi", "5m", "64Mi"), "gc": ("1Gi", "10m", "128Mi")}
+RESTRICTED = SecurityContextArgs(
+    allow_privilege_escalation=False,
+    capabilities=CapabilitiesArgs(drop=["ALL"]),
+    read_only_root_filesystem=True,
+    run_as_non_root=True,
+)
+
+# --- RBAC (NFD:templates/clusterrole.yaml, role.yaml) -------------------------------------------------------------
+
+MASTER_RULES = (
+    rule([""], ["namespaces"], ["watch", "list"]),
+    rule([""], ["nodes", "nodes/status"], ["get", "patch", "update", "list"]),
+    rule([CRD_GROUP], ["nodefeatures", "nodefeaturerules", "nodefeaturegroups"], ["get", "list", "watch"]),
+    rule([CRD_GROUP], ["nodefeaturegroups/status"], ["patch", "update"]),
+    rule(["coordination.k8s.io"], ["leases"], ["create"]),
+    rule(["coordination.k8s.io"], ["leases"], ["get", "update"], ["nfd-master.nfd.kubernetes.io"]),
+)
+GC_RULES = (
+    rule([""], ["nodes"], ["list", "watch"]),
+    rule(["topology.node.k8s.io"], ["noderesourcetopologies"], ["delete", "list"]),
+    rule([CRD_GROUP], ["nodefeatures"], ["delete", "list"]),
+)
+WORKER_RULES = (
+    rule([CRD_GROUP], ["nodefeatures"], ["create", "get", "update", "delete"]),
+    rule([""], ["pods"], ["get"]),
+)
 
 
 def kernel_module_rules() -> list[dict]:
@@ -43,90 +245,354 @@ def kernel_module_rules() -> list[dict]:
     ]
 
 
-def chart_values(daemonsets: DaemonSets, registry_override: Optional[str]) -> dict:
-    """The operator's Helm values for the NFD subchart (GO:deployments/gpu-operator/values.yaml)."""
-    gpu_tolerations = [
-        {k: v for k, v in {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}.items() if v is not None}
-        for t in daemonsets.tolerations
-    ]
-    values: dict = {
-        "priorityClassName": daemonsets.priority_class_name,
-        "gc": {"enable": True, "replicaCount": 1, "serviceAccount": {"name": RELEASE, "create": False}},
-        "worker": {
-            "serviceAccount": {"name": RELEASE, "create": False},
-            "tolerations": [
-                {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"},
-                *gpu_tolerations,
-            ],
-            "config": {
-                "sources": {
-                    "pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"], "deviceLabelFields": ["vendor"]}
-                }
-            },
-        },
-        "master": {"serviceAccount": {"name": RELEASE, "create": True}, "config": {"extraLabelNs": ["nvidia.com"]}},
-    }
-    if registry_override:
-        values["image"] = {"repository": f"{registry_override}/{NFD_IMAGE_PATH}"}
-    return values
+def nfd_image(registry_override: Optional[str]) -> str:
+    path, tag = catalog.NFD_IMAGE
+    return image_ref(registry_override or catalog.NFD_REGISTRY, path, tag)
+
+
+@functools.lru_cache(maxsize=1)
+def _crd_text_documents() -> tuple[str, ...]:
+    # Parsed once per process (the CRDs are large and every render needs them), kept as JSON so that each caller
+    # gets its own copy to build objects from.
+    return tuple(json.dumps(doc) for doc in yaml.safe_load_all(CRD_FILE.read_text()) if doc)
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    return [json.loads(doc) for doc in _crd_text_documents()]
+
+
+# --- what Helm renders, for the ConfigMaps' data and the pods' checksum/config ----------------------------------
+
+# Plain YAML scalars that go-yaml (Helm's toYaml) writes unquoted; anything that could read as another type is
+# double-quoted, such as the PCI classes (octal-looking numbers).
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
+
+
+def _scalar(value: str) -> str:
+    return value if _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS else json.dumps(value)
+
+
+def _yaml_lines(value: Any, indent: str = "") -> list[str]:
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key in sorted(value):
+            item = value[key]
+            if isinstance(item, (dict, list)) and item:
+                lines.append(f"{indent}{key}:")
+                lines += _yaml_lines(item, indent + "  " if isinstance(item, dict) else indent)
+            else:
+                lines.append(f"{indent}{key}: {_scalar(str(item))}")
+    else:
+        for item in value:
+            lines.append(f"{indent}- {_scalar(str(item))}")
+    return lines
+
+
+def config_yaml(config: dict[str, Any]) -> str:
+    """A config as the chart writes it into its ConfigMap: Helm's `toYaml` (sorted keys, sequences at their key's
+    indentation), without the final newline."""
+    return "\n".join(_yaml_lines(config))
+
+
+def helm_config_text(name: str, namespace: str, key: str, config: dict[str, Any]) -> str:
+    """NFD:templates/nfd-{master,worker}-conf.yaml as Helm renders it for release `node-feature-discovery` (the text
+    whose sha256 the chart puts on the pod template), Helm's own labels included."""
+    labels = {**CHART_LABELS, "app.kubernetes.io/version": json.dumps(catalog.NFD_IMAGE[1]), "app.kubernetes.io/managed-by": "Helm"}
+    label_lines = "".join(f"\n    {k}: {v}" for k, v in labels.items())
+    config_lines = "".join(f"\n    {line}" for line in config_yaml(config).split("\n"))
+    return (
+        f"\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  labels:{label_lines}"
+        f"\ndata:\n  {key}: |-{config_lines}\n"
+    )
+
+
+def config_checksum(name: str, namespace: str, key: str, config: dict[str, Any]) -> str:
+    return hashlib.sha256(helm_config_text(name, namespace, key, config).encode()).hexdigest()
+
+
+# --- builders ---------------------------------------------------------------------------------------------------
+
+
+def _meta(
+    name: str,
+    namespace: Optional[str] = None,
+    labels: Optional[dict[str, str]] = None,
+    annotations: Optional[dict[str, str]] = None,
+) -> ObjectMetaArgs:
+    return meta(name, namespace, {**CHART_LABELS, **(labels or {})}, {**(annotations or {}), **PATCH_FORCE})
+
+
+def _probe(**fields: int) -> ProbeArgs:
+    return ProbeArgs(http_get=HTTPGetActionArgs(path=HEALTH_PATH, port=PORT_NAME), **fields)
+
+
+def _resources(container: str) -> ResourceRequirementsArgs:
+    limit, cpu, memory = RESOURCES[container]
+    return ResourceRequirementsArgs(limits={"memory": limit}, requests={"cpu": cpu, "memory": memory})
+
+
+def _ports() -> list[ContainerPortArgs]:
+    return [ContainerPortArgs(container_port=PORT, name=PORT_NAME)]
+
+
+@dataclass(frozen=True)
+class _Pods:
+    """What every NFD pod takes from the stack: the operands' priority class (and, on the worker, their
+    tolerations), the image, and the registry's pull secrets (the chart's `imagePullSecrets`)."""
+
+    daemonsets: DaemonSets
+    image: str
+    pull_secrets: tuple[str, ...]
+
+
+def _pod_spec(pods: _Pods, container: ContainerArgs, **fields: Any) -> PodSpecArgs:
+    return PodSpecArgs(
+        dns_policy=DNS_POLICY,
+        priority_class_name=pods.daemonsets.priority_class_name or None,
+        image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in pods.pull_secrets] or None,
+        service_account_name=SERVICE_ACCOUNT,
+        security_context=PodSecurityContextArgs(),
+        host_network=False,
+        containers=[container],
+        **fields,
+    )
+
+
+def _template(role: str, spec: PodSpecArgs, checksum: Optional[str] = None) -> PodTemplateSpecArgs:
+    return PodTemplateSpecArgs(
+        metadata=ObjectMetaArgs(
+            labels={**SELECTOR_LABELS, ROLE_LABEL: role},
+            annotations={CONFIG_CHECKSUM: checksum} if checksum else None,
+        ),
+        spec=spec,
+    )
+
+
+def _selector(role: str) -> LabelSelectorArgs:
+    return LabelSelectorArgs(match_labels={**SELECTOR_LABELS, ROLE_LABEL: role})
 
 
 class NodeFeatureDiscovery(pulumi.ComponentResource):
-    release: Optional[k8s.helm.v3.Release]
+    crds: dict[str, k8s.apiextensions.v1.CustomResourceDefinition]
+    workloads: list[pulumi.Resource]
 
     def __init__(
         self,
         name: str,
         *,
         namespace: str,
-        chart_repository: str,
         chart_version: str,
         daemonsets: DaemonSets,
         registry_override: Optional[str],
+        pull_secrets: Sequence[str] = (),
         deploy: bool = True,
         kernel_module_labels: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:NodeFeatureDiscovery", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
-        self.release = None
+        child = child_opts(self, depends_on)
+        self.crds = {}
+        self.workloads = []
         if deploy:
-            self.release = self._release(namespace, chart_repository, chart_version, daemonsets, registry_override, child)
+            self._deploy(namespace, _Pods(daemonsets, nfd_image(registry_override), tuple(pull_secrets)), child)
         if kernel_module_labels:
-            # The rule's CRD comes with the chart, so the rule waits for the release when there is one.
+            # The rule's CRD is one of NFD's: gpu-stack's own when it deploys NFD, the cluster's otherwise.
+            rule_crd = [self.crds[NODE_FEATURE_RULE_CRD]] if deploy else []
             k8s.apiextensions.CustomResource(
                 KERNEL_MODULES_RULE,
-                api_version="nfd.k8s-sigs.io/v1alpha1",
+                api_version=f"{CRD_GROUP}/v1alpha1",
                 kind="NodeFeatureRule",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=KERNEL_MODULES_RULE),
                 spec={"rules": kernel_module_rules()},
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.release] if self.release else [])),
+                opts=also_after(child, *rule_crd),
             )
         self.register_outputs(
-            {"release": RELEASE if deploy else None, "chartVersion": chart_version if deploy else None, "kernelModuleLabels": kernel_module_labels}
+            {
+                "chartVersion": catalog.NFD_CHART_VERSION if deploy else None,
+                "crds": sorted(self.crds),
+                "kernelModuleLabels": kernel_module_labels,
+            }
         )
 
-    def _release(
-        self,
-        namespace: str,
-        chart_repository: str,
-        chart_version: str,
-        daemonsets: DaemonSets,
-        registry_override: Optional[str],
-        opts: pulumi.ResourceOptions,
-    ) -> k8s.helm.v3.Release:
-        return k8s.helm.v3.Release(
-            RELEASE,
-            k8s.helm.v3.ReleaseArgs(
-                name=RELEASE,
-                chart=f"{chart_repository.rstrip('/')}/{catalog.NFD_CHART}",
-                version=chart_version,
-                namespace=namespace,
-                values=chart_values(daemonsets, registry_override),
-                # NFD's master and gc are Deployments; a broken install should fail the update, not hang it.
-                timeout=600,
-                atomic=True,
+    def _deploy(self, namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> None:
+        for doc in crd_documents():
+            self.crds[doc["metadata"]["name"]] = self._crd(doc, opts)
+        crds = list(self.crds.values())
+
+        # one ServiceAccount, three sets of rights bound to it (NFD:templates/serviceaccount.yaml, *role*.yaml)
+        account = k8s.core.v1.ServiceAccount(SERVICE_ACCOUNT, metadata=_meta(SERVICE_ACCOUNT, namespace), opts=opts)
+        subjects = [SubjectArgs(kind="ServiceAccount", name=SERVICE_ACCOUNT, namespace=namespace)]
+        master_binding = self._cluster_rbac(RELEASE, MASTER_RULES, subjects, also_after(opts, account))
+        gc_binding = self._cluster_rbac(GC, GC_RULES, subjects, also_after(opts, account))
+        worker_role = k8s.rbac.v1.Role(WORKER, metadata=_meta(WORKER, namespace), rules=list(WORKER_RULES), opts=opts)
+        worker_binding = k8s.rbac.v1.RoleBinding(
+            WORKER,
+            metadata=_meta(WORKER, namespace),
+            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=WORKER),
+            subjects=subjects,
+            opts=also_after(opts, account, worker_role),
+        )
+
+        master_conf = self._config_map(MASTER_CONF, namespace, MASTER_CONF_KEY, MASTER_CONFIG, opts)
+        worker_conf = self._config_map(WORKER_CONF, namespace, WORKER_CONF_KEY, WORKER_CONFIG, opts)
+        self.workloads = [
+            self._master(namespace, pods, also_after(opts, master_binding, master_conf, *crds)),
+            self._worker(namespace, pods, also_after(opts, worker_binding, worker_conf, *crds)),
+            self._gc(namespace, pods, also_after(opts, gc_binding, *crds)),
+        ]
+
+    @staticmethod
+    def _crd(doc: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.v1.CustomResourceDefinition:
+        spec, names = doc["spec"], doc["spec"]["names"]
+        name = doc["metadata"]["name"]
+        return k8s.apiextensions.v1.CustomResourceDefinition(
+            name,
+            metadata=meta(name, annotations={**doc["metadata"].get("annotations", {}), **PATCH_FORCE}),
+            spec=CustomResourceDefinitionSpecArgs(
+                group=spec["group"],
+                scope=spec["scope"],
+                names=CustomResourceDefinitionNamesArgs(
+                    kind=names["kind"],
+                    list_kind=names.get("listKind"),
+                    plural=names["plural"],
+                    singular=names.get("singular"),
+                    short_names=names.get("shortNames"),
+                ),
+                versions=[
+                    CustomResourceDefinitionVersionArgs(
+                        name=version["name"],
+                        served=version["served"],
+                        storage=version["storage"],
+                        subresources=version.get("subresources"),
+                        # plain wire-form data: openAPIV3Schema's field names pass through as they are
+                        schema=CustomResourceValidationArgs(open_apiv3_schema=version["schema"]["openAPIV3Schema"]),
+                    )
+                    for version in spec["versions"]
+                ],
             ),
+            opts=kept(opts),
+        )
+
+    @staticmethod
+    def _cluster_rbac(
+        name: str, rules: Sequence[Any], subjects: list[SubjectArgs], opts: pulumi.ResourceOptions
+    ) -> k8s.rbac.v1.ClusterRoleBinding:
+        role = k8s.rbac.v1.ClusterRole(name, metadata=_meta(name), rules=list(rules), opts=opts)
+        return k8s.rbac.v1.ClusterRoleBinding(
+            name,
+            metadata=_meta(name),
+            role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
+            subjects=subjects,
+            opts=also_after(opts, role),
+        )
+
+    @staticmethod
+    def _config_map(
+        name: str, namespace: str, key: str, config: dict[str, Any], opts: pulumi.ResourceOptions
+    ) -> k8s.core.v1.ConfigMap:
+        return k8s.core.v1.ConfigMap(name, metadata=_meta(name, namespace), data={key: config_yaml(config)}, opts=opts)
+
+    @staticmethod
+    def _master(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+        container = ContainerArgs(
+            name="master",
+            image=pods.image,
+            image_pull_policy="IfNotPresent",
+            command=["nfd-master"],
+            args=[f"-port={PORT}"],
+            env=[NODE_NAME_ENV],
+            ports=_ports(),
+            startup_probe=_probe(failure_threshold=30),
+            liveness_probe=_probe(),
+            readiness_probe=_probe(failure_threshold=10),
+            resources=_resources("master"),
+            security_context=RESTRICTED,
+            volume_mounts=[mount("nfd-master-conf", CONFIG_DIR, read_only=True)],
+        )
+        prefer_control_plane = PreferredSchedulingTermArgs(
+            weight=1,
+            preference=NodeSelectorTermArgs(
+                match_expressions=[NodeSelectorRequirementArgs(key=CONTROL_PLANE, operator="In", values=[""])]
+            ),
+        )
+        spec = _pod_spec(
+            pods,
+            container,
+            enable_service_links=False,
+            affinity=AffinityArgs(node_affinity=NodeAffinityArgs(preferred_during_scheduling_ignored_during_execution=[prefer_control_plane])),
+            tolerations=[CONTROL_PLANE_TOLERATION],
+            volumes=[config_map_volume("nfd-master-conf", config_map=MASTER_CONF, items=[(MASTER_CONF_KEY, MASTER_CONF_KEY)])],
+        )
+        checksum = config_checksum(MASTER_CONF, namespace, MASTER_CONF_KEY, MASTER_CONFIG)
+        return k8s.apps.v1.Deployment(
+            MASTER,
+            metadata=_meta(MASTER, namespace, {ROLE_LABEL: "master"}),
+            spec=DeploymentSpecArgs(replicas=1, selector=_selector("master"), template=_template("master", spec, checksum)),
+            opts=opts,
+        )
+
+    @staticmethod
+    def _worker(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+        container = ContainerArgs(
+            name="worker",
+            image=pods.image,
+            image_pull_policy="IfNotPresent",
+            command=["nfd-worker"],
+            args=[f"-owner-refs={','.join(WORKER_OWNER_REFS)}", f"-port={PORT}"],
+            env=[NODE_NAME_ENV, env_from_field("POD_NAME", "metadata.name"), env_from_field("POD_UID", "metadata.uid")],
+            ports=_ports(),
+            liveness_probe=_probe(initial_delay_seconds=10),
+            readiness_probe=_probe(initial_delay_seconds=5, failure_threshold=10),
+            resources=_resources("worker"),
+            security_context=RESTRICTED,
+            volume_mounts=[
+                *(mount(volume, path, read_only=True) for volume, (_, path) in WORKER_HOST_MOUNTS.items()),
+                mount("nfd-worker-conf", CONFIG_DIR, read_only=True),
+            ],
+        )
+        gpu_tolerations = [TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in pods.daemonsets.tolerations]
+        spec = _pod_spec(
+            pods,
+            container,
+            tolerations=[CONTROL_PLANE_TOLERATION, *gpu_tolerations],
+            volumes=[
+                *(host_path(volume, path) for volume, (path, _) in WORKER_HOST_MOUNTS.items()),
+                config_map_volume("nfd-worker-conf", config_map=WORKER_CONF, items=[(WORKER_CONF_KEY, WORKER_CONF_KEY)]),
+            ],
+        )
+        checksum = config_checksum(WORKER_CONF, namespace, WORKER_CONF_KEY, WORKER_CONFIG)
+        return k8s.apps.v1.DaemonSet(
+            WORKER,
+            # like every DaemonSet of the stack, not awaited: a sick node must not hang `pulumi up`
+            metadata=_meta(WORKER, namespace, {ROLE_LABEL: "worker"}, {SKIP_AWAIT: "true"}),
+            spec=DaemonSetSpecArgs(
+                selector=_selector("worker"),
+                update_strategy=DaemonSetUpdateStrategyArgs(rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=WORKER_MAX_UNAVAILABLE)),
+                template=_template("worker", spec, checksum),
+            ),
+            opts=opts,
+        )
+
+    @staticmethod
+    def _gc(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+        container = ContainerArgs(
+            name="gc",
+            image=pods.image,
+            image_pull_policy="IfNotPresent",
+            command=["nfd-gc"],
+            args=[f"-gc-interval={GC_INTERVAL}"],
+            env=[NODE_NAME_ENV],
+            ports=_ports(),
+            liveness_probe=_probe(initial_delay_seconds=10),
+            readiness_probe=_probe(initial_delay_seconds=5),
+            resources=_resources("gc"),
+            security_context=RESTRICTED,
+        )
+        return k8s.apps.v1.Deployment(
+            GC,
+            metadata=_meta(GC, namespace, {ROLE_LABEL: "gc"}),
+            spec=DeploymentSpecArgs(replicas=1, selector=_selector("gc"), template=_template("gc", _pod_spec(pods, container))),
             opts=opts,
         )

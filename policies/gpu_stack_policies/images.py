@@ -1,9 +1,9 @@
 """images-pinned: every image the stack runs is pinned and comes from a registry the stack trusts.
 
-Checked on every object with a pod template (containers, init and ephemeral containers), on env values named
-`*_IMAGE` (the validator spawns its workload pods from `VALIDATOR_IMAGE`), and on Helm releases (the chart
-version pins the chart's images; `values.image` overrides them). An image is pinned when it has a digest
-(`@sha256:...`) or an explicit tag other than `latest`; a reference without a tag means `latest`.
+Checked on every object with a pod template (containers, init and ephemeral containers; Node Feature Discovery's
+included, which gpu-stack renders itself) and on env values named `*_IMAGE` (the validator spawns its workload
+pods from `VALIDATOR_IMAGE`). An image is pinned when it has a digest (`@sha256:...`) or an explicit tag other than
+`latest`; a reference without a tag means `latest`.
 
 Registries are matched by prefix at a path boundary: `harbor.example/gpu-stack` allows
 `harbor.example/gpu-stack/node-agent:0.1.0` but not `harbor.example/other/x:1`. A reference without a registry
@@ -28,7 +28,6 @@ from gpu_stack_policies import objects
 NAME = "images-pinned"
 DEFAULT_ALLOWED_REGISTRIES = ["nvcr.io", "registry.k8s.io"]
 REGISTRY_PREFIX = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([-a-z0-9._]*[a-z0-9])?)*$"
-CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
 DIGEST = re.compile(r"@[a-z0-9]+([+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
 
 CONFIG_SCHEMA = PolicyConfigSchema(
@@ -91,31 +90,9 @@ def images_of(kind: Optional[str], props: Mapping) -> Iterator[tuple[str, str]]:
                 yield f"env {variable} of container {container.name!r}", value
 
 
-def _check_release(props: Mapping, name: str, allowed: list[str], report: ReportViolation) -> None:
-    what = f"Helm release {props.get('namespace') or '?'}/{props.get('name') or name}"
-    version = str(props.get("version") or "")
-    if not CHART_VERSION.match(version):
-        report(
-            f"{what} has chart version {version or '(none)'!r}, so each install may pull a newer chart and newer images; "
-            "fix: pin an exact chart version (gpu-stack:versions.nfdChart)"
-        )
-    image = objects.mapping(objects.mapping(props.get("values")).get("image"))
-    if image.get("tag") is not None and str(image["tag"]) == "latest":
-        report(f"{what} sets values.image.tag latest; fix: drop it (the chart version pins the tag) or pin a version")
-    if image.get("repository") and not registry_allowed(str(image["repository"]), allowed):
-        report(
-            f"{what} pulls {image['repository']} from a registry outside allowedRegistries ({', '.join(allowed)}); fix: "
-            "mirror it under an allowed registry (gpu-stack:registry.override) or allow the registry in this "
-            "stack's policies/config/<stack>.json"
-        )
-
-
 def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     config: Mapping[str, Any] = args.get_config()
     allowed = [str(r) for r in config.get("allowedRegistries", DEFAULT_ALLOWED_REGISTRIES)]
-    if args.resource_type == objects.HELM_RELEASE_TYPE:
-        _check_release(args.props, args.name, allowed, report)
-        return
     kind = objects.kind_of(args.resource_type)
     # One report per image and problem: the validator names its own image in five containers and two env vars.
     places: dict[str, list[str]] = {}

@@ -2,8 +2,8 @@
 namespace.
 
 Privileged containers, added capabilities, hostPID / hostIPC / hostNetwork and hostPath volumes are allowed
-exactly as the GPU Operator v26.7.0 assets use them (fact sheet §2, Appendix C), per workload and per
-container; everything else in the stack (the node labeller, the validation gates, anything new) gets none of it.
+exactly as the GPU Operator v26.7.0 assets (and its Node Feature Discovery subchart) use them (fact sheet §2,
+Appendix C), per workload and per container; everything else in the stack (the node labeller, the validation gates, anything new) gets none of it.
 An allowance applies only in the GPU namespace: the stack's Kubernetes provider namespace (`cluster.namespace`)
 unless `gpuNamespace` is configured. Host paths are matched exactly, so mounting `/` is allowed only where the
 asset mounts `/`; runtime or install paths a stack moves (`toolkit.installDir`, `toolkit.runtimeConfig`, k3s
@@ -112,6 +112,15 @@ ALLOWANCES: dict[str, Allowance] = {
         {"hostPID", "hostIPC"},
     ),
     "nvidia-node-status-exporter": _allow({"nvidia-node-status-exporter"}, {"/", "/run/nvidia"}),
+    # Node Feature Discovery, the operator's subchart (NFD chart 0.19.0 templates/worker.yaml): the worker reads
+    # the host through read-only mounts, unprivileged; the hook directory keeps the chart's trailing slash.
+    "node-feature-discovery-worker": _allow(
+        set(),
+        {
+            "/boot", "/etc/os-release", "/lib", "/proc/swaps", "/sys", "/usr/lib",
+            "/etc/kubernetes/node-feature-discovery/features.d/",
+        },
+    ),
     # VM nodes (assets/state-sandbox-validation, state-vfio-manager, state-sandbox-device-plugin)
     "nvidia-sandbox-validator": _allow(
         {"cc-manager-validation", "vfio-pci-validation", "vgpu-manager-validation", "vgpu-devices-validation", "nvidia-sandbox-validator"},

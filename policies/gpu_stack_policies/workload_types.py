@@ -10,7 +10,8 @@ both ends of it:
   type, and no two pools of different types can claim the same node (see `overlap_problem`);
 * every DaemonSet: the deploy labels it selects exist on one side only, so it cannot be scheduled onto a node
   of the other side. A DaemonSet that selects no deploy label runs on every GPU node, whatever its type; only
-  the DaemonSets named in `workloadAgnosticDaemonSets` (the node labeller, which decides the type) may.
+  the DaemonSets named in `workloadAgnosticDaemonSets` (the node labeller, which decides the type, and NFD's
+  worker, which labels every node before any type exists) may.
 
 What counts as an overlap. Pool selectors are ANDed label maps, so two selectors can match one node unless they
 disagree on the value of a key they share. The node agent applies the first pool (in `nodePools` order) that
@@ -39,7 +40,8 @@ from gpu_stack_policies.facts import consts
 
 NAME = "one-workload-type-per-node"
 VM_TYPES = ("vm-passthrough", "vm-vgpu")
-DEFAULT_WORKLOAD_AGNOSTIC = ["gpu-stack-node-labeler"]
+# The node labeller decides the type; NFD's worker finds the GPUs it decides by, on every node, and touches none.
+DEFAULT_WORKLOAD_AGNOSTIC = ["gpu-stack-node-labeler", "node-feature-discovery-worker"]
 
 CONFIG_SCHEMA = PolicyConfigSchema(
     properties={
