@@ -85,7 +85,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    cfg, recording, violations = evaluate(args.stack, args.preview, args.policy_config)
+    # Several stacks in one process share the compiled schema validators (CI checks every stack this way).
+    return max(_check_one(stack, args) for stack in args.stack)
+
+
+def _check_one(stack: str, args: argparse.Namespace) -> int:
+    cfg, recording, violations = evaluate(stack, args.preview, args.policy_config)
     versions = cfg.cluster.kubernetes_versions
     objects = [obj for _, obj in render.objects_in_order(recording)]
     # What the API server would refuse that no schema can say; judged once, its rules hold on every version.
@@ -149,7 +154,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     render_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     render_parser.set_defaults(run=cmd_render)
     check_parser = sub.add_parser("check", help="validate a stack in memory: schemas per Kubernetes version, policies")
-    check_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
+    check_parser.add_argument(
+        "--stack", required=True, action="append", help="stack name (stacks/Pulumi.<name>.yaml) or path; repeat to check several"
+    )
     check_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
     check_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     check_parser.set_defaults(run=cmd_check)

@@ -84,6 +84,14 @@ def test_check_passes_every_stack(stack, capsys):
     assert f"{stack}: PASS" in out and "DaemonSet" in out
 
 
+def test_check_takes_several_stacks_and_fails_if_any_fails(monkeypatch, capsys):
+    assert cli.main(["check", "--stack", "dev", "--stack", "dev"]) == cli.EXIT_OK
+    assert capsys.readouterr().out.count("dev: PASS") == 2
+    verdicts = {"dev": cli.EXIT_OK, "prod-managed": cli.EXIT_VIOLATION}
+    monkeypatch.setattr(cli, "_check_one", lambda stack, args: verdicts[stack])
+    assert cli.main(["check", "--stack", "prod-managed", "--stack", "dev"]) == cli.EXIT_VIOLATION
+
+
 def _no_latest_images(args, report):
     if args.resource_type == "kubernetes:apps/v1:DaemonSet":
         for c in args.props["spec"]["template"]["spec"]["containers"]:
