@@ -328,11 +328,11 @@ EXPECTED: dict[str, Callable[[Config, Config, str], Expect]] = {
     "change pull secrets": expect_pull_secrets,
 }
 
-# Each edit runs in `make test` on the first two stacks it applies to, in this order (every driver mode, runtime,
+# Each edit runs in `make test` on the first stack it applies to, in this order (every driver mode, runtime,
 # sharing strategy, VM flavour and DRA among them); on the others as `matrix` cases (`make test-all`).
 PREFERENCE = ("prod-managed", "prod-precompiled", "onprem-host-driver", "hybrid", "dra", "kubevirt", "a100-mig",
               "gpudirect-training", "kata-cc", "dev")
-CORE_STACKS_PER_EDIT = 2
+CORE_STACKS_PER_EDIT = 1
 
 
 def _cases() -> list:

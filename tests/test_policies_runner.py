@@ -23,7 +23,7 @@ from pulumi_policy import (
 
 import gpustack.__main__ as cli
 from gpustack.policyrun import PolicyConfigError, config_path, has_mandatory, pack_config, pack_policies, run_policies
-from stacktest import ROOT, STACKS, render_stack, stack_document
+from stacktest import ROOT, STACKS, per_stack, render_stack, stack_document
 
 POLICIES = {p.name: p for p in pack_policies()}
 LEVELS = ("disabled", "advisory", "mandatory")
@@ -79,7 +79,7 @@ def test_every_policy_has_a_unique_name_a_level_and_a_schema_with_defaults_that_
 # --- per-stack configs ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", per_stack())
 def test_every_stack_has_a_policy_config_and_passes_it(stack):
     assert config_path(stack).is_file(), f"add policies/config/{stack}.json (the stack's --policy-pack-config)"
     found = run_policies(render_stack(stack), pack_policies(), pack_config(stack))
