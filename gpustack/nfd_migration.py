@@ -56,9 +56,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, help="where to write the edited export (default: the input file)")
     args = parser.parse_args(argv)
     try:
-        state = json.loads(args.state.read_text())
+        state = json.loads(args.state.read_text(encoding="utf-8"))
         marked = retain_nfd_release(state)
-    except (OSError, json.JSONDecodeError, NotAStackExport) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, NotAStackExport) as exc:
         print(f"{args.state}: {exc}", file=sys.stderr)
         return 2
     if not marked:
