@@ -12,12 +12,11 @@ from typing import Callable, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalogs import catalog, dcgm_metrics
+from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
 from components.kit import sharing
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
-from components.kit.builders import image_ref
 from components.kit.driver_targets import ValidatedFiles, plan_targets
 from components.kit.node_inventory import NodeInventory
 from components.kit.node_labeler import NodeLabeler, Removal
@@ -25,8 +24,8 @@ from components.kit.stack_inputs import gpudirect_sidecars, kubernetes_provider,
 from components.kit.validation_gate import ValidationGate
 from components.kit.waves import DriverWaves
 from components.states.cc_manager import CcManager
-from components.states.dcgm import REMOTE_HOSTENGINE, Dcgm
-from components.states.dcgm_exporter import DcgmExporter
+from components.states.dcgm import DRA_REMOTE_HOSTENGINE, REMOTE_HOSTENGINE, Dcgm
+from components.states.dcgm_exporter import DcgmExporter, DraTarget
 from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
 from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
@@ -197,6 +196,7 @@ class GpuStack(pulumi.ComponentResource):
             targets=self._driver_targets,
             upgrade=self._cfg.upgrade,
             validated_files=self._validated_files(),
+            settings=self._cfg.driver,
             waits_for=waits_for,
             depends_on=after,
             opts=self._opts(),
@@ -272,10 +272,11 @@ class GpuStack(pulumi.ComponentResource):
         return DraDriver(
             "state-dra-driver",
             ops=self._ops,
-            image=image_ref(cfg.registry.override or catalog.DEFAULT_REGISTRY, catalog.IMAGES["draDriver"][0], cfg.versions.dra_driver),
+            image=self._ops.images.dra_driver,
             resource_api_version=resource_api_version(cfg.cluster.kubernetes_versions),
             pools=[p.name for p in cfg.dra_pools],
             compute_domains=cfg.dra.compute_domains,
+            feature_gates=cfg.dra.feature_gates,
             depends_on=after,
             opts=self._opts(),
         )
@@ -323,23 +324,44 @@ class GpuStack(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
+    def _device_plugin_nodes(self) -> bool:
+        """Whether any GPU node runs the device-plugin flavour of DCGM and its exporter: every stack without DRA
+        pools (as before pools had an allocation), or one with container pools besides its DRA pools."""
+        cfg = self._cfg
+        return not cfg.dra_pools or len(cfg.container_pools) > len(cfg.dra_pools)
+
     def _dcgm(self, after: list[pulumi.Resource]) -> Optional[Dcgm]:
-        if not self._cfg.components.dcgm:
+        cfg = self._cfg
+        if not cfg.components.dcgm:
             return None
-        return Dcgm("state-dcgm", ops=self._ops, depends_on=after, opts=self._opts())
+        return Dcgm(
+            "state-dcgm",
+            ops=self._ops,
+            device_plugin_nodes=self._device_plugin_nodes(),
+            dra_pools=[p.name for p in cfg.dra_pools],
+            depends_on=after,
+            opts=self._opts(),
+        )
 
     def _dcgm_exporter(self, after: list[pulumi.Resource]) -> Optional[DcgmExporter]:
         cfg = self._cfg
         if not cfg.components.dcgm_exporter:
             return None
-        extra = tuple(dcgm_metrics.Metric(m.field, m.type, m.help) for m in cfg.dcgm_exporter.extra_metrics)
+        settings = cfg.dcgm_exporter
+        extra = tuple(dcgm_metrics.Metric(m.field, m.type, m.help) for m in settings.extra_metrics)
+        dra = None
+        if cfg.dra_pools:
+            dra_engine = settings.remote_hostengine or (DRA_REMOTE_HOSTENGINE if cfg.components.dcgm else None)
+            dra = DraTarget(pools=tuple(p.name for p in cfg.dra_pools), remote_hostengine=dra_engine)
         return DcgmExporter(
             "state-dcgm-exporter",
             ops=self._ops,
+            settings=settings,
             metrics=dcgm_metrics.DEFAULT_METRICS + extra,
-            remote_hostengine=REMOTE_HOSTENGINE if cfg.components.dcgm else None,
-            internal_traffic_policy=cfg.dcgm_exporter.internal_traffic_policy,
+            remote_hostengine=settings.remote_hostengine or (REMOTE_HOSTENGINE if cfg.components.dcgm else None),
             service_monitor_settings=self._service_monitors(),
+            device_plugin_nodes=self._device_plugin_nodes(),
+            dra=dra,
             depends_on=after,
             opts=self._opts(),
         )

@@ -79,7 +79,7 @@ DESCRIPTIONS: dict[str, str] = {
     "nfd.mode": "`deploy` installs NFD; `existing` reuses the cluster's NFD and never installs a second.",
     "nfd.chartRepository": "Gone: gpu-stack renders Node Feature Discovery's objects itself and pulls no chart, so a stack file that still sets this key is refused; an air-gapped cluster mirrors NFD's image under `registry.override` instead.",
     "nodeAgent": "gpu-stack's node agent (node_images/node-agent): node labeller, NVML inventory and drift report, validation gates.",
-    "nodeAgent.image": "The pinned image of `node_images/node-agent`, 0.4.0 or later (it reads the version-2 node-pools document); required unless labelling and validation are off.",
+    "nodeAgent.image": "The pinned image of `node_images/node-agent`, 0.4.0 or later (it reads the version-2 node-pools document), 0.5.0 or later with upgrade.waitForCompletion (its wait-for-completion step); required unless labelling and validation are off.",
     "nodeAgent.resyncSeconds": "How often the node agent re-reads its node and re-applies labels and annotations.",
     # --- daemonsets --------------------------------------------------------------------------------------------
     "daemonsets": "Settings every operand DaemonSet shares.",
@@ -123,7 +123,6 @@ DESCRIPTIONS: dict[str, str] = {
     "monitoring.dashboard.labels": "Labels on the dashboard ConfigMap (replaces the default: the Grafana sidecar's default discovery label).",
     "monitoring.dashboard.folder": "Written to the annotation `grafana_folder`.",
     # --- MIG layouts and node pools ----------------------------------------------------------------------------
-    "migLayouts": "Custom MIG layouts, usable as `nodePools[].sharing.migLayout`: layout name → `{<MIG profile>: <instances per GPU>}`. Names are lower-case `a-z 0-9 - .`, never `all-…` (those are the built-ins), and each must be used by a pool.",
     "nodePools": "The node pools, in match order: the node agent gives a node the first pool whose selector matches. At least one.",
     "nodePools[].name": "The pool's name (unique); its nodes are labelled `gpu-stack/pool=<name>`.",
     "nodePools[].nodeSelector": "A label map selecting the pool's nodes; `{}` (catch-all) only on the last pool, and no two pools alike.",

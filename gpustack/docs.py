@@ -12,7 +12,7 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Optional
 
 from gpustack import stack_schema
 
@@ -243,8 +243,61 @@ def section(name: str, node: dict[str, Any], required: bool) -> str:
         # The key itself: its description is the paragraph above.
         lines.append(_row(name, {**node, "description": "(above)"}, required))
     if not node.get("x-secret"):
-        lines += [_row(path, child, child_required) for path, child, child_required in stack_schema.walk(node, name)]
+        lines += [_row(path, child, child_required) for path, child, child_required in _walk(node, name)]
     return "\n".join(lines) + "\n"
+
+
+# A placeholder in a key path for "any of these keys", where every key holds the same block.
+PLACEHOLDER = "<{}>"
+
+
+def _same_blocks(node: dict[str, Any]) -> Optional[list[str]]:
+    """The keys of an object whose keys all hold the same block (`operands.<operand>`: 22 operands, one set of
+    fields), so the page lists that block once instead of once per key; None for any other object."""
+    properties = stack_schema._value_branch(node).get("properties", {})
+    if len(properties) < 3:
+        return None
+    blocks = [{k: v for k, v in stack_schema._value_branch(child).items() if k != "description"} for child in properties.values()]
+    if "properties" not in blocks[0] or any(block != blocks[0] for block in blocks[1:]):
+        return None
+    return list(properties)
+
+
+def placeholder_path(path: str, schema: dict[str, Any]) -> str:
+    """The row a key path is listed under: `operands.driver.env` is listed as `operands.<operand>.env`."""
+    shown, node = "", schema
+    for part in path.split("."):
+        name = part[:-2] if part.endswith("[]") else part
+        value = stack_schema._value_branch(node)
+        if value.get("type") == "array" and isinstance(value.get("items"), dict):
+            value = stack_schema._value_branch(value["items"])
+        same = _same_blocks(node) if shown else None
+        node = value.get("properties", {}).get(name, {})
+        if same is not None and name in same:
+            part = PLACEHOLDER.format(shown.rsplit(".", 1)[-1].rstrip("s")) + part[len(name):]
+        shown = f"{shown}.{part}" if shown else part
+    return shown
+
+
+def _walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """stack_schema.walk, with each object of identical blocks shown as one placeholder key and its fields."""
+    keys = _same_blocks(node)
+    if keys is None:
+        value = stack_schema._value_branch(node)
+        if value.get("type") == "array" and isinstance(value.get("items"), dict):
+            value, path = stack_schema._value_branch(value["items"]), f"{path}[]"
+        required = set(value.get("required", []))
+        for name, child in value.get("properties", {}).items():
+            here = f"{path}.{name}" if path else name
+            yield here, child, name in required
+            yield from _walk(child, here)
+        return
+    first = stack_schema._value_branch(node)["properties"][keys[0]]
+    singular = path.rsplit(".", 1)[-1].rstrip("s")
+    here = f"{path}.{PLACEHOLDER.format(singular)}"
+    text = f"The same block for each {singular}; {singular} is one of: {', '.join(_code(k) for k in keys)}."
+    yield here, {**stack_schema._value_branch(first), "description": text}, False
+    yield from _walk(first, here)
 
 
 def render() -> str:

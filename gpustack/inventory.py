@@ -271,9 +271,33 @@ def _mig_problems(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> lis
                 problems.append(
                     Drift("mig-layout", f"MIG layout {layout} of pool {pool.name} does not fit the {model}: {'; '.join(reasons)}")
                 )
+            elif resolved.per_gpu:
+                problems += _per_gpu_mig_problems(inventory, gpus, pool, layout, resolved)
+                continue
             else:
                 devices = resolved.devices
         problems += agent.mig_problems(_subset(inventory, gpus), pool.name, layout, devices=devices)
+    return problems
+
+
+def _per_gpu_mig_problems(
+    inventory: Inventory, gpus: list[agent.Gpu], pool: NodePool, layout: str, resolved: mig_catalog.Layout
+) -> list[Drift]:
+    """A per-GPU layout's entries, each against the GPUs it names (GPUs no entry names are left as they are)."""
+    problems = []
+    for entry in resolved.entries:
+        named = [g for g in gpus if entry.devices == mig_catalog.ALL_DEVICES or g.index in entry.devices]
+        if not named:
+            continue
+        if entry.mig_enabled:
+            problems += agent.mig_problems(_subset(inventory, named), pool.name, layout, devices=entry.mig_devices or None)
+        else:
+            enabled = [g for g in named if g.mig_mode == "enabled"]
+            if enabled:
+                problems.append(Drift(
+                    "mig-mode",
+                    f"MIG mode is enabled on {agent.gpu_list(enabled)}, but pool {pool.name}'s MIG layout {layout} disables it there",
+                ))
     return problems
 
 

@@ -19,6 +19,8 @@ FACTS_DIR = PROJECT_DIR / "policies" / "gpu_stack_policies" / "facts"
 SOURCES = {
     "catalog.py": "components/catalogs/catalog.py",
     "mig_catalog.py": "components/catalogs/mig_catalog.py",
+    "mig_profiles.py": "components/catalogs/mig_profiles.py",
+    "mig_parted.py": "components/catalogs/mig_parted.py",
     "consts.py": "components/catalogs/consts.py",
     "order.py": "components/states/order.py",
     # The node image catalog reads catalog.yaml beside itself, so the two travel together.

@@ -218,9 +218,9 @@ BAD = [
     ("precompiled pool without node image", setter(P, 0, "driver", value={"mode": "precompiled"}), "gpu-stack:nodePools[0].nodeImage", "required with driver mode 'precompiled'"),
     (
         "precompiled branch NVIDIA does not build, no private image",
-        lambda c: c[P][0].update(driver={"mode": "precompiled", "branch": "570"}, nodeImage="ubuntu22.04-5.15.0-139-generic-amd64"),
+        lambda c: c[P][0].update(driver={"mode": "precompiled", "branch": "560"}, nodeImage="ubuntu22.04-5.15.0-139-generic-amd64"),
         "gpu-stack:nodePools[0].nodeImage",
-        "NVIDIA publishes no precompiled driver 570-5.15.0-139-generic-ubuntu22.04 (",
+        "NVIDIA publishes no precompiled driver 560-5.15.0-139-generic-ubuntu22.04 (",
     ),
     ("proprietary on Blackwell", lambda c: c[P][0].update(gpuModel="B200", driver={"kernelModuleType": "proprietary"}), "gpu-stack:nodePools[0].driver.kernelModuleType", "B200 (blackwell) runs only on the open kernel modules"),
     ("stack-wide proprietary on Blackwell", lambda c: c[P][0].update(gpuModel="B200") or c["gpu-stack:driver"].update(kernelModuleType="proprietary"), "gpu-stack:driver.kernelModuleType", "open kernel modules"),

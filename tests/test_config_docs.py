@@ -47,7 +47,11 @@ def test_the_page_lists_every_key_with_type_default_and_allowed_values():
         if path in schema["properties"] and "properties" in node:
             assert f"\n## `gpu-stack:{path}`\n" in page, path  # a section: its keys are the rows
         else:
-            assert f"| `{path}` |" in page, path
+            assert f"| `{docs.placeholder_path(path, schema)}` |" in page, path
+    # A block every operand shares is listed once, under a placeholder naming all of them.
+    assert "| `operands.<operand>.env[].name` | string | **required** |" in page
+    assert "| `operands.driver.env` |" not in page
+    assert "operand is one of: `driver`, `driverManager`, `toolkit`" in page
     assert "| `cluster.name` | string | **required** | at most 63 characters;" in page
     assert "| `validation.timeoutSeconds` | integer | `900` | 60 … 7200 |" in page
     assert "| `nodePools[].sharing.strategy` | string | `none` | `none` \\| `time-slicing` \\| `mps` \\| `mig-single` \\| `mig-mixed` |" in page

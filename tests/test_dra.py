@@ -840,3 +840,28 @@ def test_whatever_rides_on_the_device_plugin_label_counts_as_the_device_plugin(m
     assert allocator_messages(with_mps) == []
     found = allocator_messages(edit_pools(with_mps, both))
     assert any("nvidia-device-plugin-mps-control-daemon (device plugin)" in m for m in found), found
+
+
+# --- feature gates that change what the plugin mounts and publishes --------------------------------------------
+
+
+def test_passthrough_support_mounts_the_hosts_modules_sysfs_and_procfs_and_adds_the_vfio_class():
+    gpus = dra.gpus_container(DRA_IMAGE, "PassthroughSupport=true", passthrough=True)
+    assert {m.name: (m.mount_path, m.mount_propagation, m.read_only) for m in gpus.volume_mounts if m.name in ("lib-modules", "sysfs", "procfs")} == {
+        "lib-modules": ("/lib/modules", "HostToContainer", True),
+        "sysfs": ("/sys", "Bidirectional", None),
+        "procfs": ("/proc", "Bidirectional", None),
+    }
+    assert [(e.name, e.value) for e in gpus.env if e.name == "FEATURE_GATES"] == [("FEATURE_GATES", "PassthroughSupport=true")]
+    assert {v.name: (v.host_path.path, v.host_path.type) for v in dra.PASSTHROUGH_VOLUMES} == {
+        "lib-modules": ("/lib/modules", "Directory"),
+        "sysfs": ("/sys", "Directory"),
+        "procfs": ("/proc", "Directory"),
+    }
+    plain = dra.gpus_container(DRA_IMAGE)
+    assert not {m.name for m in plain.volume_mounts} & {"lib-modules", "sysfs", "procfs"}
+    assert "FEATURE_GATES" not in {e.name for e in plain.env}
+    assert dra.device_classes(False, passthrough=True)["vfio.gpu.nvidia.com"] == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"
+    )
+    assert "vfio.gpu.nvidia.com" not in dra.device_classes(True)

@@ -10,7 +10,7 @@ import pytest
 
 from components.config import ConfigError, load_config
 from gpustack import schema
-from stacktest import bag, container, objects, render, render_stack, stack_config
+from stacktest import bag, container, env_of, objects, render, render_stack, stack_config
 from test_workloads import daemonsets_by_pool
 
 DRA = stack_config("dra")
@@ -38,7 +38,9 @@ def test_a_dra_pool_runs_the_dra_driver_and_validator_and_never_the_device_plugi
             "nvidia-container-toolkit-daemonset",
             "nvidia-dra-driver-kubelet-plugin",
             "nvidia-dra-validator",
-            "nvidia-dcgm-exporter",
+            # DCGM and its exporter in their DRA flavour, with an adminAccess claim on the node's GPUs
+            "nvidia-dcgm-dra",
+            "nvidia-dcgm-exporter-dra",
             "gpu-feature-discovery",
             "nvidia-mig-manager",
         },
@@ -50,6 +52,7 @@ def test_a_dra_pool_runs_the_dra_driver_and_validator_and_never_the_device_plugi
             "nvidia-container-toolkit-daemonset",
             "nvidia-operator-validator",
             "nvidia-device-plugin-daemonset",
+            "nvidia-dcgm",
             "nvidia-dcgm-exporter",
             "gpu-feature-discovery",
         },
@@ -191,3 +194,114 @@ def test_bad_dra_driver_versions_are_refused(value, expected):
     config = copy.deepcopy(DRA)
     config["gpu-stack:versions"] = {"draDriver": value}
     assert expected in dict(problems(config))["gpu-stack:versions.draDriver"]
+
+
+# --- feature gates -------------------------------------------------------------------------------------------------
+
+
+def test_feature_gates_reach_every_driver_container_and_mps_gets_its_rights():
+    recording = render_stack("dra")
+    gates = "MPSSupport=true,NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
+    plugin = objects(recording, "DaemonSet")["nvidia-dra-driver-kubelet-plugin"]
+    for name in ("gpus", "compute-domains"):
+        assert env_of(container(plugin, name))["FEATURE_GATES"] == gates
+    controller = objects(recording, "Deployment")["nvidia-dra-driver-controller"]
+    assert env_of(controller["spec"]["template"]["spec"]["containers"][0])["FEATURE_GATES"] == gates
+    deployments = {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}
+    assert deployments in objects(recording, "Role")["nvidia-dra-driver-kubeletplugin"]["rules"]
+    # PassthroughSupport is off: no vfio class, no host /sys
+    assert "vfio.gpu.nvidia.com" not in objects(recording, "DeviceClass")
+    assert "sysfs" not in {v["name"] for v in plugin["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_without_feature_gates_the_driver_keeps_its_defaults():
+    config = copy.deepcopy(DRA)
+    config["gpu-stack:dra"] = {"computeDomains": True}
+    plugin = objects(render(config, stack="dra"), "DaemonSet")["nvidia-dra-driver-kubelet-plugin"]
+    assert "FEATURE_GATES" not in env_of(container(plugin, "gpus"))
+
+
+@pytest.mark.parametrize(
+    ("gates", "key", "expected"),
+    [
+        ({"MpsSupport": True}, "gpu-stack:dra.featureGates", "'MpsSupport' is not a gate of the DRA driver; known gates: TimeSlicingSettings, MPSSupport"),
+        ({"mps-support": True}, "gpu-stack:dra.featureGates", "not a feature gate name (CamelCase"),
+        ({"MPSSupport": "yes"}, "gpu-stack:dra.featureGates.MPSSupport", "allowed values: true, false"),
+        ({"IMEXDaemonsWithDNSNames": False}, "gpu-stack:dra.featureGates.IMEXDaemonsWithDNSNames", "ComputeDomainCliques needs IMEXDaemonsWithDNSNames: true"),
+        ({"DeviceMetadata": True}, "gpu-stack:dra.featureGates.DeviceMetadata", "DeviceMetadata needs PassthroughSupport: true"),
+        ({"DynamicMIG": True, "PassthroughSupport": True}, "gpu-stack:dra.featureGates.DynamicMIG", "cannot both be on"),
+        ({"PassthroughSupport": True, "NVMLDeviceHealthCheck": True}, "gpu-stack:dra.featureGates.PassthroughSupport", "cannot both be on"),
+    ],
+)
+def test_bad_feature_gates_name_the_gate(gates, key, expected):
+    config = copy.deepcopy(DRA)
+    config["gpu-stack:dra"] = {"featureGates": gates}
+    found = problems(config)
+    assert any(k == key and expected in m for k, m in found), found
+
+
+def test_dynamic_mig_is_refused_where_the_mig_manager_sets_a_layout():
+    config = pool_edit(sharing={"strategy": "mig-mixed", "migLayout": "all-1g.23gb"})
+    config["gpu-stack:dra"] = {"featureGates": {"DynamicMIG": True}}
+    found = dict(problems(config))
+    assert "with DynamicMIG the DRA driver creates MIG devices per claim" in found["gpu-stack:nodePools[0].sharing.strategy"]
+
+
+def test_feature_gates_without_dra_pools_are_refused():
+    config = stack_config("prod-managed")
+    config["gpu-stack:dra"] = {"featureGates": {"MPSSupport": True}}
+    assert problems(config) == [("gpu-stack:dra", "no pool has allocation: dra; remove this block")]
+
+
+# --- DCGM and its exporter on DRA nodes ---------------------------------------------------------------------------
+
+ADMIN_CLAIM = {"requests": [{"name": "admin-gpus", "exactly": {"adminAccess": True, "allocationMode": "All", "deviceClassName": "gpu.nvidia.com"}}]}
+
+
+def test_dcgm_and_its_exporter_claim_the_dra_nodes_gpus_with_admin_access():
+    recording = render_stack("dra")
+    templates = objects(recording, "ResourceClaimTemplate")
+    for name in ("nvidia-dcgm-admin", "nvidia-dcgm-exporter-admin"):
+        assert templates[name]["spec"]["spec"]["devices"] == ADMIN_CLAIM
+    daemonsets = objects(recording, "DaemonSet")
+    for name, template, deploy in (
+        ("nvidia-dcgm-dra", "nvidia-dcgm-admin", "dcgm-dra"),
+        ("nvidia-dcgm-exporter-dra", "nvidia-dcgm-exporter-admin", "dcgm-exporter-dra"),
+    ):
+        spec = daemonsets[name]["spec"]["template"]["spec"]
+        assert spec["resourceClaims"] == [{"name": "admin-gpus", "resourceClaimTemplateName": template}]
+        assert spec["nodeSelector"] == {f"nvidia.com/gpu.deploy.{deploy}": "true"}
+        assert "runtimeClassName" not in spec  # the claim brings the GPUs, not the NVIDIA runtime
+        assert spec["containers"][0]["resources"] == {"claims": [{"name": "admin-gpus"}]}
+        pools = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert pools[0]["matchExpressions"][0]["values"] == ["gb200-nvl72"]
+    exporter = daemonsets["nvidia-dcgm-exporter-dra"]
+    env = env_of(container(exporter, "nvidia-dcgm-exporter-dra"))
+    assert env["KUBERNETES_ENABLE_DRA"] == "true"
+    assert env["DCGM_REMOTE_HOSTENGINE_INFO"] == "nvidia-dcgm-dra:5555"
+    assert env["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"] == "true"
+    assert exporter["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert objects(recording, "Service")["nvidia-dcgm-dra"]["spec"]["internalTrafficPolicy"] == "Local"
+    assert "nvidia-dcgm-exporter-dra" in objects(recording, "Service")
+    # the device-plugin pool keeps the plain flavour, on its own engine
+    assert env_of(container(daemonsets["nvidia-dcgm-exporter"], "nvidia-dcgm-exporter"))["DCGM_REMOTE_HOSTENGINE_INFO"] == "nvidia-dcgm:5555"
+
+
+def test_the_dra_exporter_resolves_claims_through_the_api():
+    recording = render_stack("dra")
+    read = ["get", "list", "watch"]
+    assert objects(recording, "ClusterRole")["nvidia-dcgm-exporter-dra"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": read},
+    ]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": read} in objects(recording, "Role")["nvidia-dcgm-exporter-dra"]["rules"]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": read} in objects(recording, "Role")["nvidia-dcgm-dra"]["rules"]
+
+
+def test_a_dra_only_stack_runs_no_plain_dcgm_exporter():
+    config = copy.deepcopy(DRA)
+    config["gpu-stack:nodePools"] = config["gpu-stack:nodePools"][:1]
+    config["gpu-stack:upgrade"] = {}
+    daemonsets = objects(render(config, stack="dra"), "DaemonSet")
+    assert "nvidia-dcgm-exporter-dra" in daemonsets and "nvidia-dcgm-dra" in daemonsets
+    assert "nvidia-dcgm-exporter" not in daemonsets and "nvidia-dcgm" not in daemonsets

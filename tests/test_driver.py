@@ -104,8 +104,9 @@ def test_prod_precompiled_renders_one_daemonset_per_pool_under_the_names_it_ship
             "nvcr.io/nvidia/driver:580-5.15.0-139-generic-ubuntu22.04", "5.15.0-139-generic", {"canary"}),
         "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04": (
             "harbor.platform.internal/gpu-stack/driver:580-6.5.0-45-generic-ubuntu22.04", "6.5.0-45-generic", {"train-a100"}),
+        # a pool on an older branch NVIDIA published precompiled images for
         "nvidia-driver-daemonset-fleet-6.8.0-79-generic-ubuntu24.04": (
-            "nvcr.io/nvidia/driver:580-6.8.0-79-generic-ubuntu24.04", "6.8.0-79-generic", {"infer-l40s"}),
+            "nvcr.io/nvidia/driver:570-6.8.0-79-generic-ubuntu24.04", "6.8.0-79-generic", {"infer-l40s"}),
     }
     assert set(daemonsets) == set(expected)
     for name, (image, kernel, pools) in expected.items():
@@ -133,6 +134,7 @@ def test_pools_that_pin_one_name_share_its_daemonset():
     config = stack_config("prod-precompiled")
     config["gpu-stack:nodePools"][2]["nodeImage"] = "ubuntu22.04-6.5.0-45-generic-amd64"
     config["gpu-stack:nodePools"][2]["driver"]["daemonSetName"] = "nvidia-driver-daemonset-fleet-6.5.0-45-generic-ubuntu22.04"
+    config["gpu-stack:nodePools"][2]["driver"].pop("branch")  # one DaemonSet runs one branch
     targets = plan_targets(load_config(bag(config)), NVIDIA)
     assert [(t.daemonset, t.pools) for t in targets] == [
         ("nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04", ("canary",)),

@@ -4,16 +4,19 @@ loads, renders what the operator ran, and reports exactly what it could not carr
 from __future__ import annotations
 
 import functools
+import json
 from typing import Optional, Sequence
 
 import pytest
 import yaml
 
 import gpustack.__main__ as cli
+from components.catalogs import catalog, mig_catalog
 from components.config import load_config, stack_file_config
 from gpustack import apiserver, importer
 from gpustack.render import objects_in_order as render_objects_in_order
 from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
+from gpustack.importer.mig import layout_from_mig_parted
 from stacktest import ROOT, container, env_of, objects, render
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
@@ -46,8 +49,8 @@ def run_import(
 
 @functools.lru_cache(maxsize=None)
 def default_install():
-    facts = ClusterFacts("prod-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "A100-80GB"),), os="ubuntu22.04")
-    result = run_import("default-install.yaml", facts)
+    # MIG-capable nodes: their nvidia.com/mig.config labels (all-disabled) are read, never assumed.
+    result = run_import("default-install.yaml", ClusterFacts("prod-admin", AGENT), nodes="nodes-default.yaml")
     return result, render(result.config)
 
 
@@ -136,6 +139,8 @@ def test_default_install_reports_the_upgrade_semantics_and_the_charts_labels():
         "spec.driver.upgradePolicy.maxParallelUpgrades",
         "spec.daemonsets.labels.helm.sh/chart",
         "spec.daemonsets.labels.app.kubernetes.io/managed-by",
+        # the operator left the namespace unlabelled; gpu-stack labels it pod-security privileged
+        "spec.psa.enabled",
     }
     versions = section(result, "versions")
     # Pinned even where equal to the catalog, so a newer gpu-stack release does not upgrade the cluster on import.
@@ -174,17 +179,30 @@ def test_host_driver_reports_what_gpu_stack_cannot_express():
     result, _ = host_driver()
     assert paths(result) == {
         "spec.nodeStatusExporter",
-        "spec.dcgmExporter.repository",
         "spec.daemonsets.tolerations[1].tolerationSeconds",
         "configmap:device-plugin-config/ts-8",
-        "spec.hostPaths.rootFS",
-        "spec.toolkit.env[RUNTIME_CONFIG_SOURCE]",
-        "spec.toolkit.resources.limits.memory",
-        "spec.devicePlugin.env[FAIL_ON_INIT_ERROR]",
-        "spec.dcgmExporter.hostPID",
     }
-    by_path = {item.path: item for item in result.not_carried}
-    assert "nvidia/k8s/dcgm-exporter" in by_path["spec.dcgmExporter.repository"].reason
+    assert {item.path for item in result.no_effect} == {"spec.driver"}  # driver.enabled false: its licensing unused
+
+
+def test_host_driver_carries_the_operand_knobs_the_operator_had():
+    result, recording = host_driver()
+    operands = section(result, "operands")
+    # A non-NVIDIA repository path is that operand's own image; its tag is never pinned onto NVIDIA's exporter.
+    assert operands["dcgmExporter"] == {"repository": "registry.dc2.corp:5000/monitoring", "image": "dcgm-exporter",
+                                        "version": "4.6.0-4.8.3-distroless"}
+    assert "dcgmExporter" not in section(result, "versions")
+    assert operands["toolkit"]["env"] == [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file=/var/lib/rancher/rke2/agent/etc/containerd/config.toml"}]
+    assert operands["toolkit"]["resources"] == {"limits": {"memory": "512Mi"}}
+    assert operands["devicePlugin"]["env"] == [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
+    assert section(result, "hostPaths") == {"rootFS": "/host-root"}
+    assert section(result, "dcgmExporter")["hostPid"] is True
+    ds = daemonsets(recording)
+    exporter = ds["nvidia-dcgm-exporter"]
+    assert container(exporter, "nvidia-dcgm-exporter")["image"] == "registry.dc2.corp:5000/monitoring/dcgm-exporter:4.6.0-4.8.3-distroless"
+    assert exporter["spec"]["template"]["spec"]["hostPID"] is True
+    toolkit = container(ds["nvidia-container-toolkit-daemonset"], "nvidia-container-toolkit-ctr")
+    assert env_of(toolkit)["RUNTIME_CONFIG_SOURCE"].startswith("file=") and toolkit["resources"]["limits"]["memory"] == "512Mi"
 
 
 def test_mig_mixed_carries_layouts_sharing_gpudirect_and_the_driver_managers_drain():
@@ -269,13 +287,16 @@ def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rollin
         "spec.driver.upgradePolicy.maxUnavailable",
         "spec.driver.upgradePolicy.autoUpgrade",
         "spec.driver.upgradePolicy.maxParallelUpgrades",
-        "spec.driver.upgradePolicy.waitForCompletion.podSelector",
         "spec.driver.upgradePolicy.podDeletion.timeoutSeconds",
         "spec.driver.upgradePolicy.podDeletion.deleteEmptyDir",
-        "spec.driver.startupProbe.initialDelaySeconds",
-        "spec.driver.licensingConfig.secretName",
+        # gpu-stack mounts the ConfigMap key by key and renders offline: its keys come with --configmap.
         "spec.driver.repoConfig.configMapName",
+        # node agent 0.4.0 has no wait-for-completion step (0.5.0 carries it: test_import_differential.py)
+        "spec.driver.upgradePolicy.waitForCompletion.podSelector",
+        "spec.driver.upgradePolicy.waitForCompletion.timeoutSeconds",
     }
+    assert cfg.driver.licensing_config.secret_name == "licensing-config" and cfg.driver.licensing_config.nls_enabled
+    assert cfg.driver.startup_probe.initial_delay_seconds == 60  # the operator's, not gpu-stack's precompiled 5 s
 
 
 # --- Helm values against CRD defaults (no render) --------------------------------------------------------------
@@ -358,10 +379,11 @@ def test_cli_writes_a_stack_file_that_loads_and_prints_the_report(tmp_path, caps
                       "--stack", "lab", "--out", str(out))
     assert code == cli.EXIT_OK
     printed = capsys.readouterr().out
-    assert "spec.hostPaths.rootFS = /host-root" in printed and "not carried (9)" in printed
+    assert "spec.daemonsets.tolerations[1].tolerationSeconds = 3600" in printed and "not carried (3)" in printed
+    assert "without effect in the operator (1):" in printed
     document = yaml.safe_load(out.read_text())
     assert load_config(stack_file_config(document)).driver.mode == "host"
-    assert "#   spec.toolkit.env[RUNTIME_CONFIG_SOURCE]" in out.read_text()  # the report travels with the file
+    assert "#   spec.daemonsets.tolerations[1].tolerationSeconds" in out.read_text()  # the report travels with the file
     _, _, cfg = cli.load_stack(str(out))  # and `render`/`check` take it as a stack
     assert cfg.cluster.namespace == "nvidia-gpu-operator"
 
@@ -422,3 +444,166 @@ def test_without_nodes_a_gpu_model_is_required(tmp_path, capsys):
     assert cli.main(args) == cli.EXIT_CONFIG
     assert "--gpu-model MODEL is required without --nodes" in capsys.readouterr().err
     assert not out.exists()
+
+
+# --- MIG: never a stack that labels MIG nodes all-disabled -----------------------------------------------------
+
+MIG_FACTS = ClusterFacts("train-admin", AGENT, pool_labels=("platform.internal/gpu-pool",))
+
+
+def _mig_import(layouts: dict, *, policy_changes: Optional[dict] = None, label: Optional[str] = None) -> ImportResult:
+    """The mig-mixed cluster with its mig-parted ConfigMap's layouts replaced, the two-3g nodes relabelled `label`."""
+    policy = importer.read_yaml(fixture("mig-mixed.yaml"), "--clusterpolicy")
+    for key, value in (policy_changes or {}).items():
+        section_name, field = key.split(".")
+        policy["spec"][section_name][field] = value
+    configmaps = importer.read_yaml(fixture("configmaps-mig.yaml"), "--configmap")
+    parted = next(i for i in configmaps["items"] if i["metadata"]["name"] == "custom-mig-parted-config")
+    parted["data"]["config.yaml"] = yaml.safe_dump({"version": "v1", "mig-configs": layouts})
+    nodes = importer.nodes_of(importer.read_yaml(fixture("nodes-mig.yaml"), "--nodes"), "nodes-mig.yaml")
+    if label is not None:
+        nodes = [type(n)(n.name, {**n.labels, "nvidia.com/mig.config": label} if n.labels.get("nvidia.com/mig.config") == "two-3g"
+                         else n.labels, n.runtime, n.kubelet) for n in nodes]
+    return importer.import_cluster_policy(importer.cluster_policy_of(policy, "mig-mixed.yaml"), MIG_FACTS, nodes=nodes,
+                                          configmaps=importer.configmaps_of([("configmaps-mig.yaml", configmaps)]))
+
+
+BALANCED = [{"device-filter": ["0x20B210DE"], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}]
+
+
+def test_per_gpu_mig_layouts_are_carried_in_mig_parteds_shape():
+    per_gpu = [{"devices": [0, 1, 2, 3], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+               {"devices": [4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+    result = _mig_import({"all-balanced": BALANCED, "split": per_gpu}, label="split")
+    assert section(result, "migLayouts")["split"] == [
+        {"devices": [0, 1, 2, 3], "migEnabled": True, "migDevices": {"3g.40gb": 2}},
+        {"devices": [4, 5, 6, 7], "migEnabled": True, "migDevices": {"1g.10gb": 7}},
+    ]
+    cfg = loads(result)
+    assert next(p for p in cfg.node_pools if p.name == "a100-80gb-a100-mig").sharing.mig_layout == "split"
+
+
+@pytest.mark.parametrize(
+    ("layouts", "label", "changes", "expected"),
+    [
+        # a custom layout under a built-in name: gpu-stack's all-3g.40gb would be another layout
+        ({"all-balanced": BALANCED, "all-3g.40gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1}}]},
+         "all-3g.40gb", None, "redefines that built-in name"),
+        ({"all-balanced": BALANCED, "two-3g": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]},
+         None, {"mig.strategy": "none", "devicePlugin.config": {}}, "with mig.strategy none"),
+        ({"all-balanced": BALANCED}, None, None, "no mig-configs entry"),
+        ({"all-balanced": BALANCED, "two-3g": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]},
+         None, None, "creates no MIG devices"),
+    ],
+    ids=["builtin-name", "strategy-none", "missing-layout", "no-devices"],
+)
+def test_a_mig_layout_that_cannot_be_carried_stops_the_import(layouts, label, changes, expected):
+    with pytest.raises(ImportInputError, match=expected) as refused:
+        _mig_import(layouts, policy_changes=changes, label=label)
+    assert "train-a100-0" in str(refused.value)  # names the nodes
+
+
+def test_mig_strategies_without_nodes_and_empty_mig_defaults_are_refused(tmp_path, capsys):
+    facts = ClusterFacts("lab-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "A100-80GB"),), os="ubuntu22.04")
+    with pytest.raises(ImportInputError, match="mig.strategy mixed on A100-80GB nodes: pass --nodes"):
+        importer.import_cluster_policy({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
+                                        "spec": {"mig": {"strategy": "mixed"}}}, facts)
+    policy = importer.read_yaml(fixture("default-install.yaml"), "--clusterpolicy")
+    policy["spec"]["migManager"]["config"]["default"] = ""
+    nodes = [type(n)(n.name, {k: v for k, v in n.labels.items() if k != "nvidia.com/mig.config"}, n.runtime, n.kubelet)
+             for n in importer.nodes_of(importer.read_yaml(fixture("nodes-default.yaml"), "--nodes"), "nodes")]
+    with pytest.raises(ImportInputError, match="no nvidia.com/mig.config label and migManager.config.default is empty"):
+        importer.import_cluster_policy(importer.cluster_policy_of(policy, "cp"), ClusterFacts("prod-admin", AGENT), nodes=nodes)
+    # On the command line: exit 2, nothing written.
+    out = tmp_path / "Pulumi.mig.yaml"
+    source = tmp_path / "cp.yaml"
+    source.write_text("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: cp}\nspec:\n  mig: {strategy: single}\n")
+    args = ["import", "--context", "x", "--node-agent-image", AGENT, "--kubernetes-version", "1.32", "--gpu-model", "H100-80GB",
+            "--os", "ubuntu22.04", "--clusterpolicy", str(source), "--stack", "mig", "--out", str(out)]
+    assert cli.main(args) == cli.EXIT_CONFIG
+    assert "wipes their MIG partitions" in capsys.readouterr().err and not out.exists()
+
+
+# --- images that are not NVIDIA's --------------------------------------------------------------------------------
+
+
+def test_a_vgpu_guest_driver_from_a_private_registry_is_the_driver_operands_own_image():
+    policy = importer.read_yaml(fixture("minimal.yaml"), "--clusterpolicy")
+    policy["spec"]["driver"] = {"repository": "registry.corp.internal/vgpu", "image": "vgpu-guest-driver", "version": "550.90.07",
+                                "licensingConfig": {"secretName": "nls-token"}}
+    policy["spec"]["toolkit"] = {"repository": "ghcr.io/nvidia", "image": "container-toolkit", "version": "a1b2c3d4-ubi8"}
+    result = importer.import_cluster_policy(importer.cluster_policy_of(policy, "cp"), MINIMAL_FACTS)
+    operands = section(result, "operands")
+    assert operands["toolkit"] == {"repository": "ghcr.io/nvidia", "image": "container-toolkit", "version": "a1b2c3d4-ubi8"}
+    versions = result.config.get("gpu-stack:versions", {})
+    # No foreign tag on NVIDIA's image: the toolkit's goes with its own image, the driver's is the driver version
+    # gpu-stack reads for the pools, pulled from the driver operand's own repository and image.
+    assert "toolkit" not in versions and versions["driver"] == "550.90.07"
+    assert operands["driver"] == {"repository": "registry.corp.internal/vgpu", "image": "vgpu-guest-driver"}
+    # The operator's nil nlsEnabled is false; gpu-stack's default is true, so the import says it.
+    assert section(result, "driver")["licensingConfig"] == {"secretName": "nls-token", "nlsEnabled": False}
+    loads(result)
+
+
+# --- the imported stack passes `gpustack check` --------------------------------------------------------------------
+
+
+def test_an_imported_stack_with_every_carried_knob_passes_check(tmp_path, capsys):
+    """The differential test's base ClusterPolicy (every component on, every carried field set), through the CLI
+    and then `check` on what it wrote: schema, API-server rules and the policy pack."""
+    out = tmp_path / "Pulumi.everything.yaml"
+    agent = AGENT.replace(":0.4.0", ":0.5.0")  # with the wait-for-completion step of upgrade.waitForCompletion
+    args = ["import", "--context", "lab-admin", "--node-agent-image", agent, "--clusterpolicy", fixture("differential-base.yaml"),
+            "--nodes", fixture("nodes-default.yaml"), "--configmap", fixture("differential-configmaps.yaml"),
+            "--stack", "everything", "--out", str(out)]
+    policy = importer.read_yaml(fixture("differential-base.yaml"), "--clusterpolicy")
+    # Moved host paths: the pack follows the toolkit's and hostPaths' by itself, the job-mapping directory is listed.
+    policy["spec"]["dcgmExporter"]["hpcJobMapping"]["directory"] = "/var/lib/slurm/gpu-jobs"
+    policy["spec"]["toolkit"]["installDir"] = "/opt/nvidia"
+    policy["spec"]["hostPaths"].update(rootFS="/host-root", kubeletRootDir="/var/snap/microk8s/common/var/lib/kubelet")
+    source = tmp_path / "cp.yaml"
+    source.write_text(yaml.safe_dump(policy))
+    args[args.index(fixture("differential-base.yaml"))] = str(source)
+    assert cli.main(args) == cli.EXIT_OK
+    policy_file = tmp_path / "everything.policy.json"
+    assert json.loads(policy_file.read_text()) == {
+        "images-pinned": {"allowedRegistries": ["nvcr.io", "registry.k8s.io", "harbor.platform.internal/gpu-stack"]},
+        "privileged-only-where-needed": {"additionalHostPaths": {"nvidia-dcgm-exporter": ["/var/lib/slurm/gpu-jobs"]}},
+    }
+    capsys.readouterr()
+    assert cli.main(["check", "--stack", str(out), "--policy-config", str(policy_file)]) == cli.EXIT_OK, capsys.readouterr().out
+
+
+# --- every catalog layout round-trips through the importer -------------------------------------------------------
+
+
+def _applying_to(model: str, entries: list[dict]) -> list[dict]:
+    ours = {f.upper() for f in mig_catalog.device_filter(model)}
+    return [e for e in entries if "device-filter" not in e or {str(f).upper() for f in e["device-filter"]} & ours]
+
+
+@pytest.mark.parametrize("model", sorted(m for m, spec in catalog.GPU_MODELS.items() if spec.mig_capable))
+def test_every_catalog_layout_reads_back_from_the_mig_parted_config_gpu_stack_renders(model):
+    """The importer reads a cluster's mig-parted ConfigMap through layout_from_mig_parted: the operator's own
+    document (which gpu-stack renders) must give back each model's layout exactly, so an imported pool keeps the
+    partitions its nodes run."""
+    rendered = mig_catalog.mig_parted_config()["mig-configs"]
+    for name, layout in mig_catalog.builtin_layouts(model).items():
+        if not layout.devices:
+            continue
+        carried, why = layout_from_mig_parted(_applying_to(model, rendered[name]))
+        assert why == "" and carried == layout.devices, (model, name)
+
+
+def test_every_a100_layout_a_node_runs_is_carried_by_its_builtin_name():
+    """Nodes labelled with any built-in layout, the operator's default ConfigMap given: the pool names that layout
+    (never all-disabled) and the stack loads."""
+    rendered = mig_catalog.mig_parted_config()["mig-configs"]
+    for name, layout in mig_catalog.builtin_layouts("A100-80GB").items():
+        if not layout.devices:
+            continue
+        result = _mig_import(rendered, label=name)
+        pools = {p.name: p for p in loads(result).node_pools}
+        assert pools["a100-80gb-a100-mig"].sharing.mig_layout == name
+        assert name not in result.config.get("gpu-stack:migLayouts", {})  # a built-in stays gpu-stack's, not a copy

@@ -678,7 +678,7 @@ def test_inventory_without_gpus_exits_3_with_a_message(monkeypatch, capsys, this
     [
         (["inventory", "--pool", "a100-mig"], "--pool needs --stack: it names a pool of that stack\n"),
         (["inventory", "--stack", "a100-mig", "--pool", "a100"],
-         "stack a100-mig has no pool 'a100'; pools: a100-mig, h100-shared\n"),
+         "stack a100-mig has no pool 'a100'; pools: a100-mig, h100-shared, a100-split\n"),
     ],
 )
 def test_inventory_usage_errors_exit_2_before_reading_nvml(monkeypatch, capsys, argv, message):

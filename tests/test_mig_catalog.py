@@ -13,12 +13,21 @@ from components.catalogs.mig_catalog import (
     Layout,
     builtin_layouts,
     check_devices,
+    check_entries,
+    entry_from_mig_parted,
+    filter_models,
     fitting_layouts,
+    layout_name,
     mig_parted_config,
     resolve_layout,
     resource_names,
+    resources_by_gpu,
     single_strategy_problem,
 )
+from components.config import ConfigError, load_config
+from components.kit import sharing
+from gpustack.importer.mig import layout_from_mig_parted
+from stacktest import bag, stack_config
 
 MODELS = sorted(GEOMETRY)
 SEVEN_SLICE = [m for m in MODELS if GEOMETRY[m].compute_slices == 7]
@@ -341,3 +350,391 @@ def test_invalid_custom_layouts_are_refused_with_every_problem():
     assert "custom MIG layout 'big' on A30: 4g.24gb: at most 1 per A30 GPU, got 2" in message
     assert "custom MIG layout 'big' on T4: T4 is not MIG-capable" in message
     assert "custom MIG layout 'none' names no GPU model" in message
+
+
+# --- NVIDIA's shipped layouts ----------------------------------------------------------------------------------
+# Facts of the operator's default-mig-parted-config (GO:assets/state-mig-manager/0400_configmap.yaml, v26.7.0):
+# the unfiltered single-profile layouts as profile -> count (layout `all-<profile>`, `+` written `.`), and the
+# device-filtered entries as (PCI device ids, devices).
+OPERATOR_SINGLE = {
+    "1g.5gb": 7, "1g.5gb+me": 1, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1,
+    "1g.24gb+gfx": 4, "1g.24gb+me.all": 1, "1g.24gb-me": 4, "2g.48gb": 2, "2g.48gb+gfx": 2, "2g.48gb+me.all": 1,
+    "2g.48gb-me": 2, "4g.96gb": 1, "4g.96gb+gfx": 1,
+    "1g.10gb+me": 1, "1g.20gb": 4, "1g.23gb": 7, "1g.23gb+me": 1, "1g.24gb+me": 1, "2g.20gb": 3, "3g.40gb": 2,
+    "4g.40gb": 1, "7g.80gb": 1,
+    "1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1,
+    "1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "1g.45gb": 4, "1g.47gb": 4, "2g.24gb": 3, "2g.45gb": 3,
+    "2g.47gb": 3, "3g.47gb": 2, "4g.47gb": 1, "7g.94gb": 1,
+    "3g.48gb": 2, "3g.90gb": 2, "3g.93gb": 2, "3g.95gb": 2, "4g.48gb": 1, "4g.90gb": 1, "4g.93gb": 1, "4g.95gb": 1,
+    "7g.96gb": 1, "7g.180gb": 1, "7g.186gb": 1, "7g.189gb": 1,
+    "1g.18gb": 7, "1g.18gb+me": 1, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1,
+    "1g.36gb": 4, "2g.36gb": 3, "3g.72gb": 2, "4g.72gb": 1, "7g.144gb": 1,
+    "1g.34gb": 7, "1g.34gb+me": 1, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1,
+    "1g.35gb+me": 1, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1, "7g.278gb": 1,
+}
+# A 189 GB part no catalog model is (catalog.GPU_MODELS has the 186 GB GB200): left out of the catalog.
+NO_CATALOG_MODEL = {"3g.95gb", "4g.95gb", "7g.189gb"}
+GPU_80GB = ["0x2330", "0x2331", "0x2322", "0x20B2", "0x20B5", "0x20F3", "0x20F5", "0x2324"]
+GPU_40GB = ["0x20B0", "0x20B1", "0x20F1", "0x20F6"]
+OPERATOR_FILTERED = {
+    "all-1g.10gb": [(GPU_80GB, {"1g.10gb": 7}), (GPU_40GB, {"1g.10gb": 4})],
+    "all-1g.35gb": [(["0x2335"], {"1g.35gb": 4}), (["0x31C2"], {"1g.35gb": 7})],
+    "all-balanced": [
+        (["0x2941"], {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1}),
+        (["0x2BB5"], {"1g.24gb": 2, "2g.48gb": 1}),
+        (["0x2901"], {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1}),
+        (["0x2348"], {"1g.18gb": 2, "2g.36gb": 1, "3g.72gb": 1}),
+        (["0x2335", "0x233B"], {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
+        (["0x2321", "0x233A"], {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1}),
+        (GPU_80GB, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        (GPU_40GB, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
+        (["0x20B7"], {"1g.6gb": 2, "2g.12gb": 1}),
+        (["0x2342", "0x233D", "0x20B6", "0x2329"], {"1g.12gb": 2, "2g.24gb": 1, "3g.48gb": 1}),
+        (["0x3182"], {"1g.34gb": 2, "2g.67gb": 1, "3g.135gb": 1}),
+        (["0x31C2"], {"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}),
+    ],
+}
+
+
+def ids(pci: list[str]) -> list[str]:
+    return [p + "10DE" for p in pci]
+
+
+@pytest.mark.parametrize("profile,count", sorted(OPERATOR_SINGLE.items()))
+def test_every_single_profile_layout_of_the_operator_exists_with_its_count_on_its_gpus(profile, count):
+    models = [m for m in MODELS if profile in GEOMETRY[m].profiles]
+    if profile in NO_CATALOG_MODEL:
+        assert models == []
+        return
+    assert models, f"{profile}: no catalog model has it"
+    for model in models:
+        layout, problems = resolve_layout(model, layout_name(profile), {})
+        assert problems == [] and layout.devices == {profile: count}, model
+
+
+@pytest.mark.parametrize("name", sorted(OPERATOR_FILTERED))
+def test_every_device_filtered_layout_of_the_operator_has_its_devices_on_each_catalog_model(name):
+    covered = set()
+    for pci, devices in OPERATOR_FILTERED[name]:
+        models = filter_models(ids(pci))
+        assert models, pci
+        for model in models:
+            assert builtin_layouts(model)[name].devices == devices, model
+            # all-balanced filters are exact; all-1g.35gb names only the H200 SXM id, and applies to both here.
+            assert name != "all-balanced" or set(expected_filter(model)) <= set(ids(pci)), model
+        covered |= set(models)
+    if name == "all-balanced":
+        assert covered == set(MODELS)
+
+
+def test_the_catalog_has_no_layout_the_operator_lacks():
+    operator = {layout_name(p) for p in OPERATOR_SINGLE} | set(OPERATOR_FILTERED) | {"all-disabled", "all-enabled"}
+    assert set(mig_parted_config()["mig-configs"]) <= operator
+
+
+def test_media_extension_and_graphics_profiles_of_nvidias_tables():
+    # MIG User Guide tables: one +me instance per GPU; RTX PRO 6000 has +gfx, -me and +me.all too.
+    assert builtin_layouts("H100-96GB")["all-1g.12gb.me"].devices == {"1g.12gb+me": 1}
+    assert builtin_layouts("H100-80GB")["all-1g.10gb.me"].devices == {"1g.10gb+me": 1}
+    rtx = GEOMETRY["RTX-PRO-6000"].profiles
+    assert {n: p.max_count for n, p in rtx.items() if n.startswith("1g.")} == {
+        "1g.24gb": 4, "1g.24gb+gfx": 4, "1g.24gb+me": 1, "1g.24gb+me.all": 1, "1g.24gb-me": 4,
+    }
+    assert resource_names(builtin_layouts("RTX-PRO-6000")["all-1g.24gb.me"], "mixed") == {"nvidia.com/mig-1g.24gb.me": 1}
+
+
+# mig-parted's examples/config.yaml: A100-40GB layouts, and a per-GPU one (`custom-config`).
+MIG_PARTED_EXAMPLE = {
+    "all-1g.5gb": {"1g.5gb": 7},
+    "all-2g.10gb": {"2g.10gb": 3},
+    "all-3g.20gb": {"3g.20gb": 2},
+    "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
+}
+CUSTOM_CONFIG = [
+    {"devices": [0, 1, 2, 3], "mig-enabled": False},
+    {"devices": [4], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}},
+    {"devices": [5], "mig-enabled": True, "mig-devices": {"2g.10gb": 3}},
+    {"devices": [6], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+    {"devices": [7], "mig-enabled": True, "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+]
+# mig-parted's examples/dgx-station-80gb-config.yaml: A100-80GB (0x20B2) GPUs and the DGX Display GPU (0x1FB0).
+A100_80, DISPLAY = "0x20B210DE", "0x1FB010DE"
+DGX_STATION = {
+    "balanced-k8s-dgx-station-80": [
+        {"device-filter": A100_80, "devices": [0], "mig-enabled": False, "mig-devices": {}},
+        {"device-filter": A100_80, "devices": [1], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+        {"device-filter": A100_80, "devices": [2], "mig-enabled": True, "mig-devices": {"2g.20gb": 3, "1g.10gb": 1}},
+        {"device-filter": A100_80, "devices": [4], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": DISPLAY, "devices": [3], "mig-enabled": False, "mig-devices": {}},
+    ],
+    **{
+        f"all-{name}-dgx-station-80": [
+            {"device-filter": A100_80, "devices": "all", "mig-enabled": enabled, "mig-devices": devices},
+            {"device-filter": DISPLAY, "devices": "all", "mig-enabled": False, "mig-devices": {}},
+        ]
+        for name, enabled, devices in [
+            ("disabled", False, {}), ("enabled", True, {}), ("1g.10gb", True, {"1g.10gb": 7}),
+            ("2g.20gb", True, {"2g.20gb": 3}), ("3g.40gb", True, {"3g.40gb": 2}), ("4g.40gb", True, {"4g.40gb": 1}),
+            ("7g.80gb", True, {"7g.80gb": 1}), ("balanced", True, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        ]
+    },
+}
+
+
+def test_mig_parted_example_layouts_are_the_a100_40gb_builtins():
+    for name, devices in MIG_PARTED_EXAMPLE.items():
+        assert builtin_layouts("A100-40GB")[name].devices == devices
+
+
+@pytest.mark.parametrize("model,name,entries", [("A100-40GB", "custom-config", CUSTOM_CONFIG)]
+                         + [("A100-80GB", name, entries) for name, entries in DGX_STATION.items()])
+def test_per_gpu_example_layouts_fit_their_gpu(model, name, entries):
+    parsed = [entry_from_mig_parted(e) for e in entries]
+    assert check_entries(model, parsed) == []
+    layout, problems = resolve_layout(model, "custom", {"custom": parsed})
+    assert problems == [] and layout.per_gpu
+    # The display GPU's entry never applies to the A100s.
+    assert all(e.device_filter in (None, (A100_80,)) for e in layout.entries)
+
+
+# --- layouts through a pool's config (config level: no render) --------------------------------------------------
+_BASE = stack_config("a100-mig")
+for _key in ("gpu-stack:upgrade", "gpu-stack:migLayouts"):
+    _BASE.pop(_key, None)
+
+
+def pool_config(model: str, strategy: str, layout: str, layouts: dict | None = None) -> dict:
+    config = {**_BASE, "gpu-stack:nodePools": [{
+        "name": "p", "nodeSelector": {"gpu": "p"}, "gpuModel": model, "os": "ubuntu24.04",
+        "sharing": {"strategy": strategy, "migLayout": layout},
+    }]}
+    if layouts:
+        config["gpu-stack:migLayouts"] = layouts
+    return config
+
+
+def load(config: dict):
+    return load_config(bag(config))
+
+
+def problems_of(config: dict) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        load(config)
+    return caught.value.problems
+
+
+def gpu_resources(cfg) -> dict:
+    return sharing.resources_by_pool(cfg.node_pools, "single", cfg.mig_layouts)["p"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_catalog_layout_round_trips_through_a_pool(model):
+    rendered = mig_parted_config()["mig-configs"]
+    for name, layout in builtin_layouts(model).items():
+        if not layout.devices:
+            continue
+        cfg = load(pool_config(model, "mig-mixed", name))
+        pool = cfg.node_pools[0]
+        assert gpu_resources(cfg)["perGpu"] == resource_names(layout, "mixed"), name
+        assert sharing.plugin_config("single", pool)["flags"] == {"migStrategy": "mixed"}
+        assert sharing.mig_config_label(pool) == name
+        ours = [e for e in rendered[name] if e["device-filter"] == expected_filter(model)]
+        assert [e["mig-devices"] for e in ours] == [layout.devices], name
+        if len(layout.devices) == 1:
+            cfg = load(pool_config(model, "mig-single", name))
+            assert gpu_resources(cfg)["perGpu"] == {"nvidia.com/gpu": sum(layout.devices.values())}, name
+        else:
+            [(key, message)] = problems_of(pool_config(model, "mig-single", name))
+            assert key == "gpu-stack:nodePools[0].sharing.migLayout" and "mixes MIG profiles" in message
+
+
+def test_a_builtin_layout_of_another_gpu_is_refused_by_the_pool():
+    [(key, message), _] = problems_of(pool_config("A100-80GB", "mig-mixed", "all-1g.24gb.me"))
+    assert key == "gpu-stack:nodePools[0].sharing.migLayout"
+    assert "profile 1g.24gb+me is not a A100-80GB profile (the layout is for RTX-PRO-6000)" in message
+
+
+def entries(*raw: dict) -> list[dict]:
+    return list(raw)
+
+
+SPLIT_40GB = entries(
+    {"devices": [0, 1], "migEnabled": False},
+    {"devices": [2], "migEnabled": True, "migDevices": {"3g.20gb": 2}},
+    {"devices": [3], "migEnabled": True, "migDevices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+)
+
+
+def test_a_per_gpu_layout_round_trips_through_a_pool():
+    cfg = load(pool_config("A100-40GB", "mig-mixed", "split", {"split": SPLIT_40GB}))
+    assert gpu_resources(cfg) == {
+        "strategy": "mig-mixed", "gpuModel": "A100-40GB", "migLayout": "split",
+        "byGpu": {
+            "0": {"nvidia.com/gpu": 1}, "1": {"nvidia.com/gpu": 1}, "2": {"nvidia.com/mig-3g.20gb": 2},
+            "3": {"nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.com/mig-3g.20gb": 1},
+        },
+    }
+    document = mig_parted_config(sharing.mig_parted_layouts(cfg.node_pools, cfg.mig_layouts))
+    forty = expected_filter("A100-40GB")
+    assert document["mig-configs"]["split"] == [
+        {"device-filter": forty, "devices": [0, 1], "mig-enabled": False},
+        {"device-filter": forty, "devices": [2], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+        {"device-filter": forty, "devices": [3], "mig-enabled": True,
+         "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+    ]
+    # The stack file's shape comes back from the loaded config (the config hash reads it).
+    assert cfg.model_dump(mode="json", by_alias=True)["migLayouts"]["split"][2]["migDevices"] == SPLIT_40GB[2]["migDevices"]
+
+
+@pytest.mark.parametrize("entry,expected", [
+    ({"devices": [0], "migEnabled": True, "migDevices": {"3g.40gb": 1}}, "entry 0 (GPU 0): unknown MIG profile '3g.40gb' for A100-40GB"),
+    ({"devices": "all", "migEnabled": True, "migDevices": {"1g.5gb": 8}}, "entry 0 (GPUs all): 1g.5gb: at most 7 per A100-40GB GPU, got 8"),
+    ({"devices": "all", "deviceFilter": ["0x20B710DE"], "migEnabled": True, "migDevices": {"4g.24gb": 2}},
+     "entry 0 (GPUs all of 0x20B710DE) on A30: 4g.24gb: at most 1 per A30 GPU, got 2"),
+    ({"devices": [3], "deviceFilter": ["0x1fb010de"], "migEnabled": True, "migDevices": {"1g.5gb": 1}},
+     "the device filter names no MIG-capable GPU model of the catalog"),
+    ({"devices": [0], "deviceFilter": ["0x20B710DE"], "migEnabled": True, "migDevices": {"1g.6gb": 1}},
+     "no entry applies to A100-40GB"),
+])
+def test_oversized_or_foreign_per_gpu_entries_are_refused_with_the_profile_and_gpu(entry, expected):
+    problems = problems_of(pool_config("A100-40GB", "mig-mixed", "x", {"x": [entry]}))
+    assert all(key == "gpu-stack:nodePools[0].sharing.migLayout" for key, _ in problems)
+    assert any(expected in message for _, message in problems), problems
+    assert problems[-1][1].startswith("layouts that fit A100-40GB: all-1g.10gb,")
+
+
+def test_per_gpu_entries_may_not_configure_a_gpu_twice():
+    layout = entries({"devices": [0, 1], "migEnabled": False}, {"devices": [1], "migEnabled": True, "migDevices": {"1g.5gb": 7}})
+    messages = [m for _, m in problems_of(pool_config("A100-40GB", "mig-mixed", "x", {"x": layout}))]
+    assert "custom MIG layout 'x' on A100-40GB: entries 0 and 1 both configure GPU 1 of A100-40GB; give each GPU one entry" in messages
+
+
+SINGLE_OK = entries({"devices": [0], "migEnabled": True, "migDevices": {"1g.5gb": 7}},
+                    {"devices": [1, 2], "migEnabled": True, "migDevices": {"1g.5gb": 3}})
+
+
+@pytest.mark.parametrize("layout,reason", [
+    (SINGLE_OK, None),
+    (SPLIT_40GB, "needs the same MIG mode on every GPU"),
+    (entries({"devices": [0], "migEnabled": True, "migDevices": {"1g.5gb": 7}},
+             {"devices": [1], "migEnabled": True, "migDevices": {"3g.20gb": 2}}), "mixes MIG profiles 1g.5gb, 3g.20gb"),
+    (entries({"devices": [0], "migEnabled": True, "migDevices": {"1g.5gb": 7}}, {"devices": [1], "migEnabled": True}),
+     "enables MIG on GPU 1 without MIG devices"),
+])
+def test_per_gpu_layouts_under_mig_single_and_mig_mixed(layout, reason):
+    # mixed takes every per-GPU layout that creates MIG devices; single one MIG mode and one profile per node.
+    assert load(pool_config("A100-40GB", "mig-mixed", "x", {"x": layout})).mig_layouts["x"]
+    if reason is None:
+        cfg = load(pool_config("A100-40GB", "mig-single", "x", {"x": layout}))
+        assert gpu_resources(cfg)["byGpu"] == {"0": {"nvidia.com/gpu": 7}, "1": {"nvidia.com/gpu": 3}, "2": {"nvidia.com/gpu": 3}}
+        return
+    [(key, message)] = problems_of(pool_config("A100-40GB", "mig-single", "x", {"x": layout}))
+    assert key == "gpu-stack:nodePools[0].sharing.migLayout" and reason in message
+
+
+def test_a_per_gpu_layout_without_mig_devices_is_refused_by_the_pool():
+    layout = entries({"devices": "all", "migEnabled": False})
+    [(key, message)] = problems_of(pool_config("A100-40GB", "mig-mixed", "off", {"off": layout}))
+    assert "'off' creates no MIG devices" in message
+
+
+@pytest.mark.parametrize("value,key,expected", [
+    ("half", "gpu-stack:migLayouts.x", "a MIG layout is {<MIG profile>: <instances per GPU>} or a list of per-GPU entries"),
+    ([{"devices": "some", "migEnabled": True}], "gpu-stack:migLayouts.x[0].devices", "allowed values: 'all' or a list of GPU indices"),
+    ([{"devices": [64], "migEnabled": True}], "gpu-stack:migLayouts.x[0].devices", "0..63"),
+    ([{"devices": [1, 1], "migEnabled": True}], "gpu-stack:migLayouts.x[0].devices", "name a GPU twice"),
+    ([{"devices": [0], "migEnabled": "yes"}], "gpu-stack:migLayouts.x[0].migEnabled", "allowed values: true, false"),
+    ([{"devices": [0]}], "gpu-stack:migLayouts.x[0].migEnabled", "required key is missing"),
+    ([{"devices": [0], "migEnabled": True, "gpus": [1]}], "gpu-stack:migLayouts.x[0]", "unknown key 'gpus'; allowed keys: devices, deviceFilter"),
+    ([{"devices": [0], "migEnabled": False, "migDevices": {"1g.5gb": 1}}], "gpu-stack:migLayouts.x[0]", "migDevices must be empty"),
+    ([{"devices": [0], "migEnabled": True, "deviceFilter": ["0x20B0"]}], "gpu-stack:migLayouts.x[0].deviceFilter", "device id then vendor 10DE"),
+    ([{"devices": [0], "migEnabled": True, "migDevices": {"big": 1}}], "gpu-stack:migLayouts.x[0].migDevices", "not a MIG profile name"),
+    ([{"devices": [0], "migEnabled": True, "migDevices": {"1g.5gb": 0}}], "gpu-stack:migLayouts.x[0].migDevices", "at least 1"),
+    ([], "gpu-stack:nodePools[0].sharing.migLayout", "lists no entries"),
+])
+def test_bad_per_gpu_layout_values_name_the_key(value, key, expected):
+    problems = problems_of(pool_config("A100-40GB", "mig-mixed", "x", {"x": value}))
+    assert any(k == key and expected in m for k, m in problems), problems
+
+
+# --- per-GPU layouts in the mig-parted document, and read back from one ------------------------------------------
+
+
+def test_per_gpu_entries_render_in_order_filtered_once_unfiltered_per_model():
+    split = tuple(entry_from_mig_parted(e) for e in [
+        {"devices": [0], "mig-enabled": False},
+        {"devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 2}},
+        {"device-filter": "0x1fb010de", "devices": "all", "mig-enabled": False},
+    ])
+    configs = mig_parted_config({"split": {"A100-80GB": split, "A100-40GB": split}})["mig-configs"]
+    forty, eighty = expected_filter("A100-40GB"), expected_filter("A100-80GB")
+    assert configs["split"] == [
+        {"device-filter": forty, "devices": [0], "mig-enabled": False},
+        {"device-filter": eighty, "devices": [0], "mig-enabled": False},
+        {"device-filter": forty, "devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 2}},
+        {"device-filter": eighty, "devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 2}},
+        {"device-filter": ["0x1FB010DE"], "devices": "all", "mig-enabled": False},
+    ]
+    assert resources_by_gpu(resolve_layout("A100-80GB", "split", {"split": split})[0], "mixed") == {
+        "0": {"nvidia.com/gpu": 1}, "1": {"nvidia.com/mig-1g.10gb": 2},
+    }
+
+
+def test_layout_from_mig_parted_keeps_uniform_layouts_uniform():
+    # The operator's per-model entries differ only in their filter: one {profile: count} for the pool.
+    per_model = [{"device-filter": ids(GPU_80GB), "devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+                 {"device-filter": "0x20B010DE", "devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    assert layout_from_mig_parted(per_model) == ({"3g.40gb": 2}, "")
+    assert layout_from_mig_parted([{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}]) == ({"1g.5gb": 7}, "")
+
+
+def test_layout_from_mig_parted_writes_other_layouts_per_gpu_and_the_config_takes_them():
+    layout, reason = layout_from_mig_parted(CUSTOM_CONFIG)
+    assert reason == "" and layout[:2] == [
+        {"devices": [0, 1, 2, 3], "migEnabled": False},
+        {"devices": [4], "migEnabled": True, "migDevices": {"1g.5gb": 7}},
+    ]
+    assert load(pool_config("A100-40GB", "mig-mixed", "custom-config", {"custom-config": layout}))
+    counts = [(e["device-filter"], e["mig-devices"]) for e in [
+        {"device-filter": ids(GPU_80GB), "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": ids(GPU_40GB), "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}},
+    ]]
+    layout, _ = layout_from_mig_parted([{"device-filter": f, "devices": "all", "mig-enabled": True, "mig-devices": d}
+                                        for f, d in counts])
+    assert [e["deviceFilter"][0] for e in layout] == ["0x233010DE", "0x20B010DE"]
+    station, _ = layout_from_mig_parted(DGX_STATION["balanced-k8s-dgx-station-80"])
+    assert load(pool_config("A100-80GB", "mig-mixed", "station", {"station": station}))
+
+
+@pytest.mark.parametrize("value,reason", [
+    ([], "the layout has no entries"),
+    ("all", "a mig-parted layout is a list of entries, got str"),
+    ([{"devices": "some", "mig-enabled": True}], "entry 0: devices is 'some'"),
+    ([{"devices": [0], "mig-enabled": "yes"}], "entry 0: mig-enabled is 'yes'"),
+    ([{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.5gb": "7"}}], "entry 0: mig-devices is"),
+    ([{"devices": [0], "mig-enabled": True, "gpus": 1}], "entry 0: unknown keys gpus"),
+    ([{"devices": [0], "mig-enabled": True, "device-filter": "0x20B2"}], "entry 0: device filter '0x20B2' is not an NVIDIA PCI id"),
+])
+def test_layout_from_mig_parted_says_why_it_cannot_carry_a_layout(value, reason):
+    layout, why = layout_from_mig_parted(value)
+    assert layout is None and why.startswith(reason), why
+
+
+def test_the_inventory_judges_a_per_gpu_layout_gpu_by_gpu():
+    # `gpustack inventory` against a100-mig's a100-split pool (train-and-serve: GPUs 0-3 whole, 4-5 2x 3g.20gb,
+    # 6-7 7x 1g.5gb).
+    from gpustack import inventory
+
+    def gpu(index: int, devices: dict[str, int]) -> inventory.agent.Gpu:
+        return inventory.agent.Gpu(index, "NVIDIA A100-SXM4-40GB", "0x20B0", f"0000:{index:02x}:00.0", 40960, "ampere",
+                                   "A100-40GB", "enabled" if devices else "disabled", None, devices)
+
+    cfg = load(stack_config("a100-mig"))
+    running = [gpu(i, {}) for i in range(4)] + [gpu(i, {"3g.20gb": 2}) for i in (4, 5)] + [gpu(i, {"1g.5gb": 7}) for i in (6, 7)]
+    assert inventory.compare(inventory.Inventory(cfg.versions.driver, "13.0", tuple(running)), cfg).fits == ["a100-split"]
+    drifted = [gpu(0, {"1g.5gb": 7})] + running[1:5] + [gpu(5, {"1g.5gb": 7})] + running[6:]
+    [verdict] = inventory.compare(inventory.Inventory(cfg.versions.driver, "13.0", tuple(drifted)), cfg).pools
+    assert [d.message for d in verdict.disagreements] == [
+        "MIG mode is enabled on GPU 0, but pool a100-split's MIG layout train-and-serve disables it there",
+        "GPU 5 has MIG devices 7x 1g.5gb, but layout train-and-serve creates 2x 3g.20gb per GPU",
+    ]

@@ -47,7 +47,7 @@ EXPECTED_REFS = {
 }
 
 MATRIX = {
-    "branches": ["580", "595"],
+    "branches": ["535", "550", "570", "580", "595"],
     "os": ["ubuntu22.04", "ubuntu24.04", "ubuntu26.04"],
     "flavors": ["aws", "azure", "azure-fde", "generic", "nvidia", "oracle"],
     "ltsKernels": ["5.15", "6.8", "7.0"],
@@ -63,6 +63,14 @@ MATRIX = {
         {"os": "ubuntu22.04", "arch": "arm64"},
         {"os": "ubuntu26.04", "arch": "arm64"},
         {"flavor": "azure-fde", "arch": "arm64"},
+        {"branch": "535", "os": "ubuntu24.04"},
+        {"branch": "535", "os": "ubuntu26.04"},
+        {"branch": "550", "os": "ubuntu26.04"},
+        {"branch": "570", "os": "ubuntu26.04"},
+        {"branch": "550", "flavor": "azure-fde"},
+        {"branch": "535", "arch": "arm64"},
+        {"branch": "550", "arch": "arm64"},
+        {"branch": "570", "arch": "arm64"},
     ],
 }
 
@@ -176,7 +184,15 @@ def test_image_helpers(cat):
         ("ubuntu24.04", "6.8.0-1020-azure-fde", "arm64", "580", "excludes flavor=azure-fde, arch=arm64"),
         ("ubuntu24.04", "6.8.0-60-generic-64k", "arm64", "580", "flavor generic-64k is not one NVIDIA builds"),
         ("ubuntu24.04", "6.8.0-60-lowlatency", "amd64", "580", "flavor lowlatency is not one NVIDIA builds"),
-        ("ubuntu24.04", "6.8.0-79-generic", "amd64", "570", "branches 580, 595 only, not 570"),
+        ("ubuntu24.04", "6.8.0-79-generic", "amd64", "560", "branches 535, 550, 570, 580, 595 only, not 560"),
+        # the EOL branches NVIDIA built until their end of life
+        ("ubuntu22.04", "5.15.0-139-generic", "amd64", "535", None),
+        ("ubuntu24.04", "6.8.0-79-generic", "amd64", "535", "excludes branch=535, os=ubuntu24.04"),
+        ("ubuntu24.04", "6.8.0-79-generic", "amd64", "550", None),
+        ("ubuntu24.04", "6.8.0-1020-azure-fde", "amd64", "550", "excludes branch=550, flavor=azure-fde"),
+        ("ubuntu24.04", "6.8.0-79-generic", "amd64", "570", None),
+        ("ubuntu24.04", "6.8.0-1035-aws", "arm64", "570", "excludes branch=570, arch=arm64"),
+        ("ubuntu26.04", "7.0.0-10-generic", "amd64", "570", "excludes branch=570, os=ubuntu26.04"),
         ("rhel9", "5.14.0-427.13.1.el9_4.x86_64", "amd64", "580", "ubuntu22.04, ubuntu24.04, ubuntu26.04 only"),
         ("ubuntu24.04", "6.6.30-custom", "amd64", "580", "not an Ubuntu kernel release"),
     ],
@@ -305,11 +321,11 @@ BAD_CATALOGS = {
     ),
     "exclude value": (
         lambda d: d["nvidiaPrecompiledMatrix"]["exclude"].append({"flavor": "azure_fde"}),
-        "nvidiaPrecompiledMatrix.exclude[10].flavor: 'azure_fde' is not in nvidiaPrecompiledMatrix.flavors",
+        "nvidiaPrecompiledMatrix.exclude[18].flavor: 'azure_fde' is not in nvidiaPrecompiledMatrix.flavors",
     ),
     "exclude key": (
         lambda d: d["nvidiaPrecompiledMatrix"]["exclude"].append({"distro": "ubuntu22.04"}),
-        "nvidiaPrecompiledMatrix.exclude[10].distro: unknown key (allowed: os, branch, ltsKernel, flavor, arch)",
+        "nvidiaPrecompiledMatrix.exclude[18].distro: unknown key (allowed: os, branch, ltsKernel, flavor, arch)",
     ),
     "lts kernel as number": (
         lambda d: d["nvidiaPrecompiledMatrix"].update(ltsKernels=["5.15", 6.8]),

@@ -18,6 +18,7 @@ from gpustack.mockrun import Recording, Registration
 from gpustack.policyrun import pack_config
 from policytest import edit_pools, edited, messages, registration, violations
 from stacktest import objects, render, render_stack, stack_config
+from test_host_paths import moved_config
 
 
 def pod_spec(recording: Recording, kind: str, name: str) -> dict:
@@ -212,7 +213,7 @@ def test_a_layout_the_mig_manager_does_not_have_is_refused():
         pools[0]["labels"]["nvidia.com/mig.config"] = "all-9g.90gb"
 
     found = messages(edit_pools(render_stack("a100-mig"), unknown_layout), "mig-layout-fits-gpu")
-    assert_names_resource_and_fix(found, "all-9g.90gb, which ConfigMap default-mig-parted-config does not define")
+    assert_names_resource_and_fix(found, "all-9g.90gb, which ConfigMap gpu-stack-mig-parted-config does not define")
 
 
 def test_mig_on_a_gpu_without_mig_is_refused():
@@ -323,11 +324,11 @@ def test_the_node_labeller_may_not_be_privileged():
 def test_an_operand_gets_only_its_own_host_access():
     def widen(broken: Recording) -> None:
         spec = pod_spec(broken, "DaemonSet", "nvidia-dcgm-exporter")
-        spec["hostPID"] = True
+        spec["hostIPC"] = True  # hostPID and hostNetwork are the exporter's own options (dcgmExporter.hostPid)
         spec["volumes"].append({"name": "etc", "hostPath": {"path": "/etc"}})
 
     found = messages(edited(render_stack("prod-managed"), widen), "privileged-only-where-needed")
-    assert_names_resource_and_fix(found, "nvidia-dcgm-exporter sets hostPID", "mounts host path /etc", "entry 'nvidia-dcgm-exporter'")
+    assert_names_resource_and_fix(found, "nvidia-dcgm-exporter sets hostIPC", "mounts host path /etc", "entry 'nvidia-dcgm-exporter'")
 
 
 def test_allowances_hold_only_in_the_gpu_namespace():
@@ -345,12 +346,84 @@ def test_the_gpu_namespace_comes_from_config_or_the_stack_provider():
     assert found and all("nvidia-gpu-operator/" in m for m in found)
 
 
-def test_a_moved_runtime_socket_needs_its_host_path_allowed():
+def test_a_moved_runtime_socket_is_followed_and_other_paths_need_additional_host_paths():
     k3s = render(with_config("prod-managed", toolkit={"runtimeSocket": "/run/k3s/containerd/containerd.sock"}))
-    found = messages(k3s, "privileged-only-where-needed")
-    assert_names_resource_and_fix(found, "nvidia-container-toolkit-daemonset: volume 'containerd-socket' mounts host path /run/k3s/containerd")
-    allowed = {"additionalHostPaths": {"nvidia-container-toolkit-daemonset": ["/run/k3s/containerd"]}}
-    assert messages(k3s, "privileged-only-where-needed", {"privileged-only-where-needed": allowed}) == []
+    assert messages(k3s, "privileged-only-where-needed") == []
+
+    def extra(broken: Recording) -> None:
+        pod_spec(broken, "DaemonSet", "nvidia-container-toolkit-daemonset")["volumes"].append(
+            {"name": "extra", "hostPath": {"path": "/opt/extra"}}
+        )
+
+    found = messages(edited(k3s, extra), "privileged-only-where-needed")
+    assert_names_resource_and_fix(found, "nvidia-container-toolkit-daemonset: volume 'extra' mounts host path /opt/extra")
+    allowed = {"additionalHostPaths": {"nvidia-container-toolkit-daemonset": ["/opt/extra"]}}
+    assert messages(edited(k3s, extra), "privileged-only-where-needed", {"privileged-only-where-needed": allowed}) == []
+
+
+def test_paths_a_distribution_moves_are_followed_by_the_volume_that_carries_them():
+    moved = render(moved_config())
+    assert messages(moved, "privileged-only-where-needed") == []
+    assert messages(render_stack("k0s"), "privileged-only-where-needed", pack_config("k0s")) == []
+
+
+def _volume(spec: dict, name: str) -> dict:
+    return next(v for v in spec["volumes"] if v["name"] == name)
+
+
+def _half_moved(broken: Recording) -> None:
+    validator = pod_spec(broken, "DaemonSet", "nvidia-operator-validator")
+    set_env(container(validator, "cuda-validation"), "HOST_ROOT", "/")  # told the old root
+    _volume(validator, "host-dev-char")["hostPath"]["path"] = "/elsewhere/dev/char"  # not under the moved root
+    toolkit = pod_spec(broken, "DaemonSet", "nvidia-container-toolkit-daemonset")
+    set_env(container(toolkit, "driver-validation"), "DRIVER_INSTALL_DIR", "/run/nvidia/driver")
+    _volume(toolkit, "containerd-drop-in-config")["hostPath"]["path"] = "/etc/k0s/elsewhere"
+    set_env(container(toolkit, "nvidia-container-toolkit-ctr"), "ROOT", "/usr/local/nvidia")
+    plugin = pod_spec(broken, "DaemonSet", "nvidia-device-plugin-daemonset")
+    _volume(plugin, "device-plugin")["hostPath"]["path"] = "/var/lib/k0s/kubelet/devices"
+    dra = pod_spec(broken, "DaemonSet", "nvidia-dra-driver-kubelet-plugin")
+    set_env(container(dra, "gpus"), "KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins")
+    # a movable volume on an operand whose asset does not have it is no move at all
+    pod_spec(broken, "DaemonSet", "nvidia-dcgm-exporter")["volumes"].append({"name": "host-root", "hostPath": {"path": "/host-fs"}})
+
+
+def test_a_half_moved_pod_is_refused_naming_the_key_that_moves_it():
+    found = messages(edited(render(moved_config()), _half_moved), "privileged-only-where-needed")
+    assert len(found) == 8, found
+    assert_names_resource_and_fix(
+        found,
+        "nvidia-operator-validator: volume 'host-root' mounts host path /host-fs as a moved hostPaths.rootFS, but "
+        "container 'cuda-validation' has HOST_ROOT=/",
+        "volume 'host-dev-char' mounts host path /elsewhere/dev/char as a moved hostPaths.rootFS, but it must be "
+        "<host-root>/dev/char (host-root mounts /host-fs)",
+        "volume 'driver-install-dir' mounts host path /home/kubernetes/bin/nvidia as a moved hostPaths.driverInstallDir, "
+        "but container 'driver-validation' has DRIVER_INSTALL_DIR=/run/nvidia/driver",
+        "volume 'containerd-drop-in-config' mounts host path /etc/k0s/elsewhere as a moved toolkit.runtimeDropInConfig, "
+        "but the toolkit's RUNTIME_DROP_IN_CONFIG_HOST_PATH is not a file in it (/etc/k0s/containerd.d/99-nvidia.toml)",
+        "as a moved toolkit.installDir, but container 'nvidia-container-toolkit-ctr' has ROOT=/usr/local/nvidia",
+        "/var/lib/k0s/kubelet/devices as a moved hostPaths.kubeletRootDir, but it must be <kubelet root>/device-plugins",
+        "container 'gpus' has KUBELET_PLUGINS_DIRECTORY_PATH=/var/lib/kubelet/plugins",
+        "nvidia-dcgm-exporter: volume 'host-root' mounts host path /host-fs, not granted by the allow-list entry",
+        "fix: move it with gpu-stack:hostPaths.rootFS",
+    )
+
+
+def test_host_mofed_sources_are_allowed_only_with_use_host_mofed():
+    training = stack_config("gpudirect-training")
+    training["gpu-stack:gpudirect"]["rdma"]["useHostMofed"] = True
+    host_mofed = render(training, stack="gpudirect-training")
+    assert messages(host_mofed, "privileged-only-where-needed") == []
+
+    def untold(broken: Recording) -> None:
+        for r in broken.registrations:
+            if r.inputs.get("kind") == "DaemonSet" and r.inputs["metadata"]["name"].startswith("nvidia-driver-daemonset"):
+                for c in r.inputs["spec"]["template"]["spec"].get("initContainers", []) + r.inputs["spec"]["template"]["spec"]["containers"]:
+                    c["env"] = [e for e in c.get("env", []) if e["name"] != "USE_HOST_MOFED"]
+
+    found = messages(edited(host_mofed, untold), "privileged-only-where-needed")
+    assert_names_resource_and_fix(
+        found, "volume 'mlnx-ofed-usr-src' mounts host path /usr/src as a moved gpudirect.rdma.useHostMofed, but no container is told USE_HOST_MOFED=true"
+    )
 
 
 def test_precompiled_driver_daemonsets_share_the_drivers_allowance():

@@ -86,10 +86,10 @@ def pull(name: str, image: str) -> Callable[[Recording], None]:
 
 
 def test_a_branch_nvidia_does_not_build_is_refused_with_the_build_recipe():
-    broken = edited(render_stack("prod-precompiled"), pull(CANARY, "nvcr.io/nvidia/driver:570-5.15.0-139-generic-ubuntu22.04"))
+    broken = edited(render_stack("prod-precompiled"), pull(CANARY, "nvcr.io/nvidia/driver:560-5.15.0-139-generic-ubuntu22.04"))
     message = only(messages(broken, "precompiled-image-exists"))
-    assert message.startswith(f"DaemonSet gpu-operator/{CANARY} pulls nvcr.io/nvidia/driver:570-5.15.0-139-generic-ubuntu22.04")
-    assert "NVIDIA publishes no 570-5.15.0-139-generic-ubuntu22.04" in message
+    assert message.startswith(f"DaemonSet gpu-operator/{CANARY} pulls nvcr.io/nvidia/driver:560-5.15.0-139-generic-ubuntu22.04")
+    assert "NVIDIA publishes no 560-5.15.0-139-generic-ubuntu22.04" in message
     assert "node_images/driver-precompiled/build.sh" in message
 
 

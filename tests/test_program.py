@@ -306,6 +306,7 @@ def test_validator_init_order_and_plugin_check_follows_the_device_plugin():
         assert c["securityContext"]["runAsUser"] == 0
     config = stack_config("prod-managed")
     config["gpu-stack:components"] = {"devicePlugin": False}
+    config["gpu-stack:operands"].pop("devicePlugin")  # an override of an operand the stack does not deploy is refused
     for pool in config["gpu-stack:nodePools"]:
         pool.pop("sharing", None)
     no_plugin = objects(render(config), "DaemonSet")
@@ -353,6 +354,7 @@ def test_nfd_is_the_operators_chart_rendered_natively_or_nothing():
 
 def test_daemonset_settings_apply_to_every_operand():
     config = stack_config("prod-managed")
+    del config["gpu-stack:operands"]  # per-operand overrides win over these (tests/test_operand_overrides.py)
     config["gpu-stack:daemonsets"] = {
         "priorityClassName": "gpu-critical",
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],

@@ -4,10 +4,12 @@ and the resources a workload on the pool requests (the `gpuResources` stack outp
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
 
+from components.catalogs import catalog
 from stacktest import objects, render, render_stack, stack_config
 
 BASE = stack_config("prod-managed")  # pool 0: training-a100 (A100-80GB), pool 1: inference-l4 (L4)
@@ -90,9 +92,78 @@ def test_custom_layout_resources():
 
 def test_pools_with_different_strategies_share_one_configmap():
     data = objects(render_stack("a100-mig"), "ConfigMap")["nvidia-device-plugin-configs"]["data"]
-    assert sorted(data) == ["a100-mig", "default", "h100-shared"]
+    assert sorted(data) == ["a100-mig", "a100-split", "default", "h100-shared"]
     assert yaml.safe_load(data["a100-mig"])["flags"]["migStrategy"] == "mixed"
     assert yaml.safe_load(data["h100-shared"])["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
+
+
+def test_a_per_gpu_layout_reaches_the_mig_manager_in_mig_parteds_format():
+    recording = render_stack("a100-mig")
+    parted = objects(recording, "ConfigMap")["gpu-stack-mig-parted-config"]["data"]["config.yaml"]
+    forty = ["0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"]
+    assert yaml.safe_load(parted)["mig-configs"]["train-and-serve"] == [
+        {"device-filter": forty, "devices": [0, 1, 2, 3], "mig-enabled": False},
+        {"device-filter": forty, "devices": [4, 5], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+        {"device-filter": forty, "devices": [6, 7], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}},
+    ]
+    by_gpu = recording.outputs["gpuResources"]["a100-split"]["byGpu"]
+    assert by_gpu == {
+        **{str(i): {"nvidia.com/gpu": 1} for i in range(4)},
+        "4": {"nvidia.com/mig-3g.20gb": 2}, "5": {"nvidia.com/mig-3g.20gb": 2},
+        "6": {"nvidia.com/mig-1g.5gb": 7}, "7": {"nvidia.com/mig-1g.5gb": 7},
+    }
+
+
+# One render for many MIG cases at once: each pool a GPU family, a strategy and a kind of layout.
+MIG_POOLS = [
+    ("rtx", "RTX-PRO-6000", "mig-mixed", "all-1g.24gb.me"),
+    ("h96", "H100-96GB", "mig-single", "all-1g.12gb.me"),
+    ("gb200", "GB200", "mig-mixed", "all-balanced"),
+    ("h200", "H200", "mig-mixed", "h200-mixed"),
+    ("a30", "A30", "mig-mixed", "a30-split"),
+]
+MIG_LAYOUTS = {
+    "h200-mixed": {"3g.71gb": 1, "1g.18gb": 4},
+    "a30-split": [
+        {"devices": [0], "migEnabled": True, "migDevices": {"2g.12gb+me": 1, "2g.12gb": 1}},
+        {"devices": [1], "migEnabled": False},
+        {"devices": "all", "deviceFilter": ["0x1FB010DE"], "migEnabled": False},
+    ],
+}
+
+
+def test_mig_layouts_of_every_kind_render_for_their_gpus():
+    config = copy.deepcopy(stack_config("a100-mig"))
+    config.pop("gpu-stack:upgrade")
+    config["gpu-stack:migLayouts"] = MIG_LAYOUTS
+    config["gpu-stack:nodePools"] = [
+        {"name": name, "nodeSelector": {"gpu": name}, "gpuModel": model, "os": "ubuntu24.04",
+         "sharing": {"strategy": strategy, "migLayout": layout}}
+        for name, model, strategy, layout in MIG_POOLS
+    ]
+    recording = render(config)
+    maps = objects(recording, "ConfigMap")
+    configs = yaml.safe_load(maps["gpu-stack-mig-parted-config"]["data"]["config.yaml"])["mig-configs"]
+    plugin = maps["nvidia-device-plugin-configs"]["data"]
+    pools = {p["name"]: p["labels"] for p in json.loads(maps["gpu-stack-node-pools"]["data"]["node-pools.json"])["pools"]}
+    resources = recording.outputs["gpuResources"]
+    for name, model, strategy, layout in MIG_POOLS:
+        filters = [f"{pci}10DE" for pci in catalog.GPU_MODELS[model].pci_device_ids]
+        assert any(entry.get("device-filter") == filters for entry in configs[layout]), name
+        assert pools[name]["nvidia.com/mig.config"] == layout
+        assert yaml.safe_load(plugin[name])["flags"]["migStrategy"] == strategy[len("mig-"):]
+    assert resources["rtx"]["perGpu"] == {"nvidia.com/mig-1g.24gb.me": 1}
+    assert resources["h96"]["perGpu"] == {"nvidia.com/gpu": 1}
+    assert resources["gb200"]["perGpu"] == {"nvidia.com/mig-1g.23gb": 2, "nvidia.com/mig-2g.47gb": 1, "nvidia.com/mig-3g.93gb": 1}
+    assert resources["h200"]["perGpu"] == {"nvidia.com/mig-1g.18gb": 4, "nvidia.com/mig-3g.71gb": 1}
+    assert resources["a30"]["byGpu"] == {"0": {"nvidia.com/mig-2g.12gb": 1, "nvidia.com/mig-2g.12gb.me": 1}, "1": {"nvidia.com/gpu": 1}}
+    assert configs["h200-mixed"] == [{"device-filter": ["0x233510DE", "0x233B10DE"], "devices": "all", "mig-enabled": True,
+                                      "mig-devices": {"1g.18gb": 4, "3g.71gb": 1}}]
+    assert configs["a30-split"] == [
+        {"device-filter": ["0x20B710DE"], "devices": [0], "mig-enabled": True, "mig-devices": {"2g.12gb": 1, "2g.12gb+me": 1}},
+        {"device-filter": ["0x20B710DE"], "devices": [1], "mig-enabled": False},
+        {"device-filter": ["0x1FB010DE"], "devices": "all", "mig-enabled": False},
+    ]
 
 
 @pytest.mark.parametrize("stack", ["a100-mig", "onprem-host-driver", "prod-managed", "dev"])

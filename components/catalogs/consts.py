@@ -71,7 +71,14 @@ KATA_DEPLOY_SUBSTITUTES: dict[str, str] = {"sandbox-device-plugin": "kata-sandbo
 
 # A DRA pool's nodes take NVIDIA's DRA kubelet plugin and the DRA validator in place of the device plugin and the
 # operator validator (the GPUCluster states' deploy labels, fact sheet §1.6).
-DRA_DEPLOY_SUBSTITUTES: dict[str, str] = {"device-plugin": "dra-driver", "operator-validator": "dra-validator"}
+# DCGM and its exporter come in their DRA flavour there, which claims the node's GPUs with adminAccess
+# (GO:manifests/state-dcgm, state-dcgm-exporter).
+DRA_DEPLOY_SUBSTITUTES: dict[str, str] = {
+    "device-plugin": "dra-driver",
+    "operator-validator": "dra-validator",
+    "dcgm": "dcgm-dra",
+    "dcgm-exporter": "dcgm-exporter-dra",
+}
 
 # Every deploy label the labeller may remove when a node's workload type says it does not belong there.
 ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (
@@ -95,6 +102,8 @@ ALL_DEPLOY_COMPONENTS: tuple[str, ...] = (
     "cc-manager",
     "dra-driver",
     "dra-validator",
+    "dcgm-dra",
+    "dcgm-exporter-dra",
 )
 
 
@@ -108,6 +117,42 @@ DRIVER_INSTALL_DIR = "/run/nvidia/driver"
 HOST_DRIVER_ROOT = "/"
 CDI_SPEC_DIR = "/var/run/cdi"
 RUN_NVIDIA = "/run/nvidia"
+
+# Host paths a distribution may move, and the operand volumes NVIDIA's `preProcessDaemonSet` rewrites for them
+# by name (GO:controllers/object_controls.go `transformForHostRoot`, `transformForDriverInstallDir`): the policy
+# pack follows a moved path only through these volumes.
+DEFAULT_ROOT_FS = "/"
+# Directories the kernel or the OS own: a moved host root, outside driver or kubelet root inside them is a typo
+# with consequences (the driver directory is mounted read-write and created when missing).
+SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/boot", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin")
+DEFAULT_KUBELET_ROOT_DIR = "/var/lib/kubelet"
+DEV_CHAR = "/dev/char"
+HOST_ROOT_VOLUME = "host-root"
+HOST_DEV_CHAR_VOLUME = "host-dev-char"
+DRIVER_INSTALL_DIR_VOLUME = "driver-install-dir"
+# Where the host-root volume is mounted in every operand container; HOST_ROOT with this value is an in-container
+# path (vfio-manage, the DRA kubelet plugin), any other HOST_ROOT is the host's own path (the validator).
+HOST_ROOT_MOUNT = "/host"
+HOST_ROOT_ENV = "HOST_ROOT"
+DRIVER_INSTALL_DIR_ENV = "DRIVER_INSTALL_DIR"
+DRIVER_INSTALL_DIR_CTR_PATH_ENV = "DRIVER_INSTALL_DIR_CTR_PATH"
+DRIVER_VALIDATION_CONTAINER = "driver-validation"
+# Kubelet directories the operands mount, by volume name -> directory under the kubelet root. The DRA kubelet
+# plugin hands the kubelet absolute socket paths, so its directories keep the host path inside the container too
+# and its env names them; the device plugin and pod-resources APIs are found at fixed in-container paths.
+KUBELET_VOLUMES = {
+    "device-plugin": "device-plugins",
+    "pod-gpu-resources": "pod-resources",
+    "plugins-registry": "plugins_registry",
+    "plugins": "plugins",
+}
+KUBELET_PATH_ENV = {"plugins-registry": "KUBELET_REGISTRAR_DIRECTORY_PATH", "plugins": "KUBELET_PLUGINS_DIRECTORY_PATH"}
+# GPUDirect RDMA with a host-installed MOFED: the driver builds nvidia-peermem against the host's /usr/src
+# instead of the MOFED container's (GO:controllers/object_controls.go `transformDriverContainer`, fact sheet §2.3).
+MOFED_USR_SRC_VOLUME = "mlnx-ofed-usr-src"
+MOFED_CONTAINER_USR_SRC = "/run/mellanox/drivers/usr/src"
+HOST_USR_SRC = "/usr/src"
+USE_HOST_MOFED_ENV = "USE_HOST_MOFED"
 
 # --- scheduling defaults shared by every operand DaemonSet (fact sheet §2) ----------------------------------
 DEFAULT_PRIORITY_CLASS = "system-node-critical"

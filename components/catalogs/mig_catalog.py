@@ -1,15 +1,20 @@
-"""MIG geometry of every MIG-capable GPU model, the MIG manager's layouts, and what each layout advertises.
+"""The MIG manager's layouts on every MIG-capable GPU model, whether a layout fits, and what each one advertises.
 
-Pure data and pure functions (no Pulumi): the config validator, the MIG manager component and the tests all call
-these. Models are keyed by the names in `catalog.GPU_MODELS`.
+Pure functions over the profile data of mig_profiles.py (no Pulumi, standard library only): the config validator,
+the MIG manager component, the importer and the tests all call these. Models are keyed by the names in
+`catalog.GPU_MODELS`.
 
 Sources (fact sheet = /work/shared/reference/gpu-operator.md):
 
-* Profiles, per-GPU counts and `all-balanced` devices: fact sheet §6.5, checked against the operator's
-  `default-mig-parted-config` (GO:assets/state-mig-manager/0400_configmap.yaml at a22dbf6 / v26.7.0).
+* Built-in layouts: the operator's `default-mig-parted-config` (GO:assets/state-mig-manager/0400_configmap.yaml at
+  a22dbf6 / v26.7.0; fact sheet §6.5): `all-disabled`, `all-enabled`, `all-balanced` and `all-<profile>`.
 * mig-parted config shape: fact sheet §6.4 and MP:api/spec/v1/spec.go (`device-filter` is a string or a list;
-  `mig-devices` is required when `mig-enabled` is true and must be empty when it is false).
-* Resource naming: see `resource_names` below (DP:internal/rm/rm.go, DP:internal/rm/device_map.go).
+  `devices` is `all` or a list of GPU indices; `mig-devices` is required when `mig-enabled` is true and must be
+  empty when it is false). MP:examples/config.yaml (`custom-config`) and MP:examples/dgx-station-80gb-config.yaml
+  show per-GPU layouts: several entries, each for some GPU indices and/or PCI device ids.
+* Resource naming: see `mig_resource_name` below (DP:internal/rm/rm.go, DP:internal/rm/device_map.go).
+
+A custom layout is either one `{profile: count}` for every GPU, or a list of `GpuEntry` (mig-parted's entries).
 
 Placement is approximated by slice sums: a set of MIG devices "fits" a GPU when every profile stays within its
 per-GPU count and the summed compute and memory slices stay within the GPU's. Real GPUs also constrain *where*
@@ -23,9 +28,11 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence, Union
 
 from . import catalog
+# Re-exported: callers read the profile data through the catalog.
+from .mig_profiles import GEOMETRY, PROFILE_NAME, MigGeometry, MigProfile  # noqa: F401
 
 NVIDIA_VENDOR_ID = "10DE"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -35,131 +42,73 @@ STRATEGIES = ("none", "single", "mixed")
 ALL_DISABLED = "all-disabled"
 ALL_ENABLED = "all-enabled"
 ALL_BALANCED = "all-balanced"
+ALL_DEVICES = "all"  # mig-parted's `devices: all`
 
 # A layout is picked with the node label `nvidia.com/mig.config=<name>`, so a name must be a label value.
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-# "<compute>g.<memory>gb" optionally followed by a qualifier: "+me", "-me", "+gfx", "+me.all".
-_PROFILE = re.compile(r"^(?P<compute>[1-9]\d*)g\.(?P<memory>[1-9]\d*)gb(?P<qualifier>[-+][a-z.]+)?$")
+# mig-parted's device filter: PCI device id then vendor id, as one 32-bit hex number ("0x20B210DE").
+DEVICE_FILTER = re.compile(r"^0[xX][0-9A-Fa-f]{4}10[dD][eE]$")
 
 _EMPTY: Mapping = MappingProxyType({})
 
 
 @dataclass(frozen=True)
-class MigProfile:
-    name: str
-    compute_slices: int
-    memory_slices: int
-    max_count: int  # how many of this profile alone fit on one GPU (the operator's `all-<profile>` count)
+class GpuEntry:
+    """One entry of a mig-parted layout: the GPUs it configures (`devices`, narrowed by `device_filter`) and how."""
 
+    devices: Union[str, tuple[int, ...]]  # ALL_DEVICES or GPU indices
+    mig_enabled: bool
+    mig_devices: Mapping[str, int] = field(default_factory=dict)
+    device_filter: Optional[tuple[str, ...]] = None  # "0xDDDD10DE" ids; None: every GPU
 
-@dataclass(frozen=True)
-class MigGeometry:
-    model: str
-    compute_slices: int
-    memory_slices: int
-    profiles: dict[str, MigProfile]  # in (compute, memory, name) order
-    balanced: dict[str, int]  # the operator's `all-balanced` devices for this model, profile -> count per GPU
+    def __post_init__(self) -> None:
+        devices = self.devices if self.devices == ALL_DEVICES else tuple(self.devices)
+        object.__setattr__(self, "devices", devices)
+        object.__setattr__(self, "mig_devices", dict(self.mig_devices))
+        if self.device_filter is not None:
+            object.__setattr__(self, "device_filter", tuple(_filter_id(f) for f in self.device_filter))
+
+    def applies_to(self, model: str) -> bool:
+        return self.device_filter is None or bool(set(self.device_filter) & set(device_filter(model)))
+
+    def describe(self) -> str:
+        gpus = "GPUs all" if self.devices == ALL_DEVICES else "GPU " + ", ".join(map(str, self.devices))
+        return gpus + (f" of {', '.join(self.device_filter)}" if self.device_filter else "")
 
 
 @dataclass(frozen=True)
 class Layout:
     name: str
     mig_enabled: bool
-    devices: dict[str, int] = field(default_factory=dict)  # empty for all-disabled / all-enabled
+    devices: dict[str, int] = field(default_factory=dict)  # one GPU's devices; empty for per-GPU layouts
+    entries: tuple[GpuEntry, ...] = ()  # per-GPU layouts: the entries that apply to the model
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", dict(self.devices))
+        object.__setattr__(self, "entries", tuple(self.entries))
+
+    @property
+    def per_gpu(self) -> bool:
+        return bool(self.entries)
+
+    @property
+    def creates_devices(self) -> bool:
+        if self.per_gpu:
+            return any(e.mig_enabled and e.mig_devices for e in self.entries)
+        return self.mig_enabled and bool(self.devices)
 
 
-# model -> (compute slices, memory slices, {profile: max count per GPU}, all-balanced devices)
-#
-# Everything is the fact sheet §6.5 table. The operator file's family comments are loose and its single-profile
-# entries mostly carry no device filter, so where the table does not name a profile for a model it is left out,
-# except where noted:
-_TABLE: dict[str, tuple[int, int, dict[str, int], dict[str, int]]] = {
-    "A30": (4, 4, {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1},
-            {"1g.6gb": 2, "2g.12gb": 1}),
-    # 1g.10gb is x4 here: the operator's `all-1g.10gb` has a device-filtered A100-40GB entry.
-    "A100-40GB": (7, 8, {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1,
-                         "7g.40gb": 1},
-                  {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
-    # A100-80GB and H100-80GB share one row (and one device filter) in the operator file.
-    "A100-80GB": (7, 8, {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
-                         "7g.80gb": 1},
-                  {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
-    "H100-80GB": (7, 8, {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
-                         "7g.80gb": 1},
-                  {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
-    "H100-NVL": (7, 8, {"1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.47gb": 2, "4g.47gb": 1,
-                        "7g.94gb": 1},
-                 {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1}),
-    # The table gives H100-96GB 1g.12gb / 1g.24gb / 2g.24gb "above" (the H100 NVL counts) but not 1g.12gb+me, so
-    # it is left out although the operator file files `all-1g.12gb.me` under a comment naming GH200 (whose 96 GB
-    # part, 0x2342, is in this model's filter). Inference: counts 7 / 4 / 3 as on H100 NVL.
-    "H100-96GB": (7, 8, {"1g.12gb": 7, "1g.24gb": 4, "2g.24gb": 3, "3g.48gb": 2, "4g.48gb": 1, "7g.96gb": 1},
-                  {"1g.12gb": 2, "2g.24gb": 1, "3g.48gb": 1}),
-    # `all-1g.35gb` is x4 for H200 (the operator filters it to 0x2335 only; here it applies to both H200 ids).
-    "H200": (7, 8, {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1,
-                    "7g.141gb": 1},
-             {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
-    # GH200 144G HBM3e; 1g.18gb / 1g.18gb+me are shared with H200 (table).
-    "GH200": (7, 8, {"1g.18gb": 7, "1g.18gb+me": 1, "1g.36gb": 4, "2g.36gb": 3, "3g.72gb": 2, "4g.72gb": 1,
-                     "7g.144gb": 1},
-              {"1g.18gb": 2, "2g.36gb": 1, "3g.72gb": 1}),
-    "B200": (7, 8, {"1g.23gb": 7, "1g.23gb+me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1,
-                    "7g.180gb": 1},
-             {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1}),
-    # The table's GB200 single-profile column lacks 1g.23gb, but its all-balanced uses 1g.23gb and the operator
-    # files `all-1g.23gb` (x7) and `all-1g.23gb.me` (x1) under "GB200, B200": both kept (inference).
-    # Left out: 7g.189gb, 3g.95gb, 4g.95gb (no device filter, no table attribution): they add up to 189 GB, which
-    # is not the 186 GB GB200 in catalog.py; one GPU has one full-GPU profile.
-    "GB200": (7, 8, {"1g.23gb": 7, "1g.23gb+me": 1, "1g.47gb": 4, "2g.47gb": 3, "3g.93gb": 2, "4g.93gb": 1,
-                     "7g.186gb": 1},
-              {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1}),
-    "B300": (7, 8, {"1g.34gb": 7, "1g.34gb+me": 1, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1,
-                    "7g.269gb": 1},
-             {"1g.34gb": 2, "2g.67gb": 1, "3g.135gb": 1}),
-    # `all-1g.35gb` is x7 on GB300 (device-filtered entry in the operator file).
-    "GB300": (7, 8, {"1g.35gb": 7, "1g.35gb+me": 1, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1,
-                     "7g.278gb": 1},
-              {"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}),
-    # RTX PRO 6000 96GB. Its all-balanced uses plain 1g.24gb, which the table's single-profile column omits; the
-    # operator's `all-1g.24gb` is x4 (inference: kept, x4). `all-1g.24gb.me` (1g.24gb+me) is attributed to no
-    # model by the table and is left out.
-    "RTX-PRO-6000": (4, 4, {"1g.24gb": 4, "1g.24gb+gfx": 4, "1g.24gb-me": 4, "1g.24gb+me.all": 1, "2g.48gb": 2,
-                            "2g.48gb+gfx": 2, "2g.48gb-me": 2, "2g.48gb+me.all": 1, "4g.96gb": 1, "4g.96gb+gfx": 1},
-                     {"1g.24gb": 2, "2g.48gb": 1}),
-}
+LayoutValue = Union[Mapping[str, int], Sequence[GpuEntry]]
 
 
-def _parse(profile: str) -> tuple[int, int]:
-    """(compute slices, memory GB) from a profile name such as `3g.40gb` or `1g.24gb+me.all`."""
-    match = _PROFILE.match(profile)
-    if not match:
-        raise ValueError(f"malformed MIG profile name {profile!r}")
-    return int(match["compute"]), int(match["memory"])
+def _filter_id(value: str) -> str:
+    if not isinstance(value, str) or not DEVICE_FILTER.match(value):
+        raise ValueError(f"device filter {value!r} is not an NVIDIA PCI id as mig-parted takes it, e.g. 0x20B210DE")
+    return "0x" + value[2:].upper()
 
 
-def _build(model: str, compute: int, memory: int, counts: dict[str, int], balanced: dict[str, int]) -> MigGeometry:
-    full_gb = {_parse(p)[1] for p in counts if _parse(p)[0] == compute}
-    if len(full_gb) != 1:
-        raise ValueError(f"{model}: expected one full-GPU ({compute}g) memory size, found {sorted(full_gb)}")
-    (total_gb,) = full_gb
-    profiles = {}
-    for name, count in counts.items():
-        gi, gb = _parse(name)
-        # Memory slices from the profile's share of the full GPU's memory: sizes are rounded to whole GB
-        # (1g.12gb of 94 GB is 1.02 slices, 1g.23gb of 186 GB is 0.99), so anything not near a whole number is a typo.
-        share = gb * memory / total_gb
-        slices = round(share)
-        if slices < 1 or abs(share - slices) > 0.1:
-            raise ValueError(f"{model}: {name} is {share:.2f} of {memory} memory slices")
-        profiles[name] = MigProfile(name, gi, slices, count)
-    ordered = dict(sorted(profiles.items(), key=lambda kv: (kv[1].compute_slices, kv[1].memory_slices, kv[0])))
-    return MigGeometry(model, compute, memory, ordered, dict(balanced))
-
-
-GEOMETRY: dict[str, MigGeometry] = {model: _build(model, *row) for model, row in _TABLE.items()}
+def _is_per_gpu(value: LayoutValue) -> bool:
+    return not isinstance(value, Mapping)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -242,7 +191,61 @@ def check_devices(model: str, devices: Mapping[str, int]) -> list[str]:
     return problems
 
 
-def _custom_problems(model: str, name: str, devices: Mapping[str, int]) -> list[str]:
+def filter_models(ids: Sequence[str]) -> list[str]:
+    """Catalog models with a PCI id among the device filter `ids`, in catalog order."""
+    wanted = {_filter_id(i) for i in ids}
+    return [m for m in catalog.GPU_MODELS if wanted & set(device_filter(m))]
+
+
+def check_entries(model: str, entries: Sequence[GpuEntry]) -> list[str]:
+    """Every reason the per-GPU layout `entries` is wrong on a node of `model` GPUs; empty when it is right.
+
+    Each entry's MIG devices fit every GPU it configures: `model`'s when it applies to `model`, and those of the
+    other catalog models its device filter names. An entry that creates MIG devices must be able to reach a MIG
+    GPU of the catalog. No GPU of `model` is configured by two entries, and at least one entry applies to it.
+    """
+    problems = []
+    applicable: list[tuple[int, GpuEntry]] = []
+    for i, entry in enumerate(entries):
+        where = f"entry {i} ({entry.describe()})"
+        if not entry.mig_enabled and entry.mig_devices:
+            problems.append(f"{where}: migDevices must be empty when migEnabled is false")
+            continue
+        targets = [model] if entry.applies_to(model) else []
+        if entry.device_filter is not None:
+            named = filter_models(entry.device_filter)
+            targets += [m for m in named if m != model]
+            if entry.mig_enabled and entry.mig_devices and not any(m in GEOMETRY for m in named):
+                problems.append(
+                    f"{where}: the device filter names no MIG-capable GPU model of the catalog "
+                    f"({', '.join(sorted(GEOMETRY))}), so no GPU would get these MIG devices"
+                )
+        if entry.applies_to(model):
+            applicable.append((i, entry))
+        if entry.mig_enabled:
+            for target in targets:
+                on = where if target == model else f"{where} on {target}"
+                problems += [f"{on}: {p}" for p in check_devices(target, entry.mig_devices)]
+    seen: dict[object, int] = {}
+    for i, entry in applicable:
+        for gpu in (ALL_DEVICES,) if entry.devices == ALL_DEVICES else entry.devices:
+            clash = next((j for key, j in seen.items() if ALL_DEVICES in (key, gpu) or key == gpu), None)
+            if clash is not None:
+                problems.append(
+                    f"entries {clash} and {i} both configure {'every GPU' if gpu == ALL_DEVICES else f'GPU {gpu}'} "
+                    f"of {model}; give each GPU one entry"
+                )
+                break
+            seen[gpu] = i
+    if not applicable:
+        problems.append(
+            f"no entry applies to {model}: every entry's deviceFilter leaves out its PCI ids "
+            f"({', '.join(device_filter(model))}); add an entry without deviceFilter or with one of them"
+        )
+    return problems
+
+
+def _custom_problems(model: str, name: str, value: LayoutValue) -> list[str]:
     problems = []
     if name in BUILTIN_NAMES:
         problems.append("shadows the builtin layout of that name; rename it")
@@ -251,27 +254,37 @@ def _custom_problems(model: str, name: str, devices: Mapping[str, int]) -> list[
             "the name is not a valid label value for nvidia.com/mig.config "
             "(at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)"
         )
-    if not devices:
+    if _is_per_gpu(value):
+        if not value:
+            problems.append("lists no entries")
+        return problems + check_entries(model, value)
+    if not value:
         problems.append(f"lists no MIG devices (use {ALL_ENABLED} for MIG mode alone)")
-    problems += check_devices(model, devices)
-    return problems
+    return problems + check_devices(model, value)
 
 
-def fitting_layouts(model: str, custom: Mapping[str, Mapping[str, int]] = _EMPTY) -> list[str]:
-    """Sorted names of the builtin layouts of `model` and the custom layouts (name -> devices) that fit it.
-    ValueError for a model without MIG."""
+def _custom_layout(model: str, name: str, value: LayoutValue) -> Layout:
+    if _is_per_gpu(value):
+        entries = tuple(e for e in value if e.applies_to(model))
+        return Layout(name, any(e.mig_enabled for e in entries), {}, entries)
+    return Layout(name, True, value)
+
+
+def fitting_layouts(model: str, custom: Mapping[str, LayoutValue] = _EMPTY) -> list[str]:
+    """Sorted names of the builtin layouts of `model` and the custom layouts (name -> devices or per-GPU entries)
+    that fit it. ValueError for a model without MIG."""
     names = [name for name, layout in builtin_layouts(model).items() if not check_devices(model, layout.devices)]
-    names += [name for name, devices in custom.items() if not _custom_problems(model, name, devices)]
+    names += [name for name, value in custom.items() if not _custom_problems(model, name, value)]
     return sorted(set(names))
 
 
-def resolve_layout(
-    model: str, name: str, custom: Mapping[str, Mapping[str, int]] = _EMPTY
-) -> tuple[Optional[Layout], list[str]]:
-    """The layout `name` on `model`, looked up among its builtin layouts and `custom` (name -> devices).
+def resolve_layout(model: str, name: str, custom: Mapping[str, LayoutValue] = _EMPTY) -> tuple[Optional[Layout], list[str]]:
+    """The layout `name` on `model`, looked up among its builtin layouts and `custom` (name -> devices or per-GPU
+    entries).
 
     Returns (layout, []) or (None, problems); when the layout is refused the last problem lists the layouts that
-    do fit the model ("layouts that fit A100-80GB: ...").
+    do fit the model ("layouts that fit A100-80GB: ..."). A per-GPU layout resolves to the entries that apply to
+    `model`.
     """
     try:
         builtins = builtin_layouts(model)
@@ -282,7 +295,7 @@ def resolve_layout(
         problems = _custom_problems(model, name, custom[name])
         if problems:
             return None, [f"custom MIG layout {name!r} on {model}: {problem}" for problem in problems] + [fits]
-        return Layout(name, True, custom[name]), []
+        return _custom_layout(model, name, custom[name]), []
     if name in builtins:
         return builtins[name], []
     elsewhere = _all_builtin_names().get(name)
@@ -307,11 +320,29 @@ def resolve_layout(
 def single_strategy_problem(layout: Layout) -> Optional[str]:
     """Why `layout` cannot run under the MIG `single` strategy, or None.
 
-    `single` needs one MIG profile type on every GPU of the node (GFD otherwise reports `<model>-MIG-INVALID`
-    and the plugin refuses the node). It also needs MIG devices on every MIG-enabled GPU: the plugin fails with
-    "device N has no MIG devices configured" under `single` (DP:internal/rm/device_map.go
+    `single` needs the same MIG mode and one MIG profile type on every GPU of the node (GFD otherwise reports
+    `<model>-MIG-INVALID` and the plugin refuses the node). It also needs MIG devices on every MIG-enabled GPU:
+    the plugin fails with "device N has no MIG devices configured" under `single` (DP:internal/rm/device_map.go
     `assertAllMigDevicesAreValid`; under `mixed` that is only a warning), so `all-enabled` is refused too.
     """
+    if layout.per_gpu:
+        modes = {e.mig_enabled for e in layout.entries}
+        if modes == {True, False}:
+            return (
+                f"MIG layout {layout.name!r} leaves some GPUs without MIG and splits others; the single MIG strategy "
+                "needs the same MIG mode on every GPU of a node (the device plugin refuses the node); use the mixed "
+                "strategy, or enable MIG on every GPU"
+            )
+        enabled = [e for e in layout.entries if e.mig_enabled]
+        empty = next((e for e in enabled if not e.mig_devices), None)
+        if empty is not None:
+            return (
+                f"MIG layout {layout.name!r} enables MIG on {empty.describe()} without MIG devices; under the single "
+                "MIG strategy the device plugin refuses a MIG-enabled GPU that has none (use mixed, or give it devices)"
+            )
+        # One profile type across the node; the counts may differ from GPU to GPU.
+        devices = {p: c for e in enabled for p, c in e.mig_devices.items()}
+        return single_strategy_problem(Layout(layout.name, bool(enabled), devices))
     if not layout.mig_enabled:
         return None
     if not layout.devices:
@@ -322,7 +353,7 @@ def single_strategy_problem(layout: Layout) -> Optional[str]:
     if len(layout.devices) > 1:
         return (
             f"MIG layout {layout.name!r} mixes MIG profiles {', '.join(layout.devices)}; the single MIG strategy "
-            "needs one profile type per GPU (GFD labels the product <model>-MIG-INVALID and the device plugin "
+            "needs one profile type per node (GFD labels the product <model>-MIG-INVALID and the device plugin "
             "advertises nothing); use the mixed strategy or a single-profile layout"
         )
     return None
@@ -341,15 +372,17 @@ def mig_resource_name(profile: str) -> str:
 
 
 def resource_names(layout: Layout, strategy: str) -> dict[str, int]:
-    """Extended resources the device plugin advertises for one GPU configured with `layout`.
+    """Extended resources the device plugin advertises for one GPU configured with a uniform `layout`.
 
     MIG disabled (any strategy) or strategy `none`: {"nvidia.com/gpu": 1}. `single`: {"nvidia.com/gpu": number of
     MIG devices}. `mixed`: {"nvidia.com/mig-<profile>": count} (see `mig_resource_name`). A MIG-enabled GPU
     with no MIG devices advertises nothing ({}), and so does a multi-profile layout under `single`, where the
-    plugin refuses the node (see `single_strategy_problem`).
+    plugin refuses the node (see `single_strategy_problem`). Per-GPU layouts: `resources_by_gpu`.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown MIG strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if layout.per_gpu:
+        raise ValueError(f"MIG layout {layout.name!r} differs per GPU; use resources_by_gpu")
     if strategy == "none" or not layout.mig_enabled:
         return {GPU_RESOURCE: 1}
     if not layout.devices:
@@ -359,6 +392,21 @@ def resource_names(layout: Layout, strategy: str) -> dict[str, int]:
             return {}
         return {GPU_RESOURCE: sum(layout.devices.values())}
     return {mig_resource_name(profile): count for profile, count in sorted(layout.devices.items())}
+
+
+def resources_by_gpu(layout: Layout, strategy: str) -> dict[str, dict[str, int]]:
+    """Extended resources per GPU of a node: GPU index (or "all") -> what that GPU advertises (`resource_names`).
+    Under `single` a node the strategy refuses advertises nothing on any GPU."""
+    if not layout.per_gpu:
+        return {ALL_DEVICES: resource_names(layout, strategy)}
+    refused = strategy == "single" and single_strategy_problem(layout) is not None
+    found: dict[str, dict[str, int]] = {}
+    for entry in layout.entries:
+        one = Layout(layout.name, entry.mig_enabled, entry.mig_devices)
+        resources = {} if refused and entry.mig_enabled else resource_names(one, strategy)
+        keys = [ALL_DEVICES] if entry.devices == ALL_DEVICES else [str(i) for i in entry.devices]
+        found.update({key: resources for key in keys})
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -371,48 +419,6 @@ def device_filter(model: str) -> list[str]:
     return [f"0x{pci[2:].upper()}{NVIDIA_VENDOR_ID}" for pci in catalog.GPU_MODELS[model].pci_device_ids]
 
 
-def _entry(model: str, devices: Mapping[str, int]) -> dict:
-    order = GEOMETRY[model].profiles
-    ordered = sorted(devices.items(), key=lambda kv: list(order).index(kv[0]) if kv[0] in order else len(order))
-    return {
-        "device-filter": device_filter(model),
-        "devices": "all",
-        "mig-enabled": True,
-        "mig-devices": dict(ordered),
-    }
-
-
-def mig_parted_config(custom: Mapping[str, Mapping[str, Mapping[str, int]]] = _EMPTY) -> dict:
-    """The mig-parted config document (`version: v1`, `mig-configs`) the stack mounts into the MIG manager.
-
-    `all-disabled` / `all-enabled` are single unfiltered entries. Every other builtin layout has one entry per
-    model that has it, filtered to that model's PCI ids; `custom` (layout name -> {model: devices}) adds one
-    filtered entry per model. Layouts sorted by name, entries by model.
-
-    One entry per model, where the operator merges models with identical profiles under one filter (A100-80GB
-    and H100-80GB): each entry then traces to one catalog model, filters never overlap, and a per-model count
-    (`all-1g.10gb` is x4 on A100-40GB, x7 elsewhere) needs no special case. GPUs outside catalog.GPU_MODELS
-    match no filtered entry and are left alone by those layouts.
-
-    ValueError listing every problem when a custom layout is invalid for one of its models.
-    """
-    problems = []
-    for name, per_model in sorted(custom.items()):
-        if not per_model:
-            problems.append(f"custom MIG layout {name!r} names no GPU model")
-        for model, devices in sorted(per_model.items()):
-            problems += [f"custom MIG layout {name!r} on {model}: {p}" for p in _custom_problems(model, name, devices)]
-    if problems:
-        raise ValueError("invalid custom MIG layouts:\n  " + "\n  ".join(problems))
-
-    configs: dict[str, list[dict]] = {
-        ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
-        ALL_ENABLED: [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
-    }
-    for model in sorted(GEOMETRY):
-        for name, layout in builtin_layouts(model).items():
-            if layout.devices:
-                configs.setdefault(name, []).append(_entry(model, layout.devices))
-    for name, per_model in custom.items():
-        configs[name] = [_entry(model, devices) for model, devices in sorted(per_model.items())]
-    return {"version": "v1", "mig-configs": dict(sorted(configs.items()))}
+# The mig-parted document itself (rendering it, reading an entry back) lives in mig_parted.py; re-exported here
+# for the callers that know it as part of the catalog.
+from .mig_parted import entry_from_mig_parted, mig_parted_config  # noqa: E402,F401

@@ -48,6 +48,7 @@ from components.config.cluster import (
 from components.config.dra import DRA_MIN_KUBERNETES_MINOR, Dra
 from components.config.drivers import DRIVER_MODES, KERNEL_MODULE_TYPES, Driver, PoolDriver, PoolDriverPlan
 from components.config.gpudirect import GpuDirect, Rdma, gds_needs_open_modules
+from components.config.hostpaths import HostPaths
 from components.config.loader import (
     SECRET_KEYS,
     UNDECRYPTED,
@@ -68,6 +69,7 @@ from components.config.monitoring import (
     ServiceMonitorSettings,
     duration_ms,
 )
+from components.config.overrides import EnvVar, OperandOverride, OperandOverrides, OperandToleration, Resources, deployed_operands
 from components.config.pools import MIG_LAYOUT_NAME, MPS_MAX_REPLICAS, SHARING_STRATEGIES, NodePool, Sharing
 from components.config.stack import StackConfig
 from components.config.upgrade import (

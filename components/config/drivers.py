@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from components.catalogs import catalog
 from components.config.base import (
@@ -17,6 +17,15 @@ from components.config.base import (
     _Model,
     _set_aliases,
     node_images,
+)
+from components.config.driver_extensions import (
+    ExtraVolume,
+    LicensingConfig,
+    NamedFiles,
+    ProbeTimings,
+    RepoConfig,
+    StartupProbeTimings,
+    _object_name,
 )
 from components.config.vm import _vgpu_checks
 from node_images import catalog as node_image_catalog
@@ -35,8 +44,43 @@ class Driver(_Model):
     # Precompiled images are tagged by branch, not full version (fact sheet §4.3).
     branch: str = catalog.IMAGES["driver"][1].split(".")[0]
     kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
+    # What the driver pod takes besides the driver (components/config/driver_extensions.py); stack-wide, see there.
+    licensing_config: Optional[LicensingConfig] = Field(
+        default=None, description="vGPU guest licensing: gridd.conf (and the NLS client token) mounted into the driver container."
+    )
+    repo_config: Optional[RepoConfig] = Field(
+        default=None, description="Package repository files for managed drivers (refused when no pool runs one)."
+    )
+    cert_config: Optional[NamedFiles] = Field(
+        default=None, description="CA certificates for the driver install's downloads, mounted into the OS's CA directory (managed drivers)."
+    )
+    kernel_module_config: Optional[NamedFiles] = Field(
+        default=None, description="Kernel module parameter files (e.g. `nvidia.conf`) mounted into /drivers."
+    )
+    secret_env: Optional[str] = Field(
+        default=None,
+        description="A Secret (stack namespace) whose keys become the driver container's environment (`envFrom`), "
+        "and that of the GDS and GDRCopy sidecars.",
+    )
+    extra_volumes: list[ExtraVolume] = Field(
+        default=[], max_length=32, description="More volumes, mounted into nvidia-driver-ctr."
+    )
+    startup_probe: Optional[StartupProbeTimings] = Field(
+        default=None,
+        description="Timings of the driver container's startup probe (defaults 60/10/60/120: initialDelay, period, "
+        "timeout, failureThreshold; precompiled initialDelay 5).",
+    )
+    readiness_probe: Optional[ProbeTimings] = Field(
+        default=None,
+        description="Timings of the driver container's readiness probe (ready once the node validated; defaults "
+        "period 10, timeout 5, thresholds 1).",
+    )
+    host_network: StrictBool = Field(
+        default=False, description="Run driver pods in the node's network namespace (dnsPolicy ClusterFirstWithHostNet)."
+    )
 
     _branch = field_validator("branch")(_driver_branch)
+    _secret = field_validator("secret_env")(_object_name)
 
 
 class PoolDriver(_Model):

@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from components.catalogs import dcgm_metrics
-from components.config.base import NAMESPACE, _label_map, _Model
+from components.config.base import NAMESPACE, _label_map, _Model, _set_aliases
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
 
 
 DCGM_FIELD = re.compile(r"^DCGM_FI_[A-Z0-9_]+$")
+DEFAULT_EXPORTER_PORT = 9400
+# GO:api/nvidia/v1/clusterpolicy_types.go DefaultDCGMJobMappingDir
+DEFAULT_JOB_MAPPING_DIR = "/var/lib/dcgm-exporter/job-mapping"
 
 
 class DcgmMetric(_Model):
@@ -38,11 +41,151 @@ class DcgmMetric(_Model):
         return value
 
 
+# The exporter's own listen address: any address of the pod (empty, 0.0.0.0 or [::]) and a port. A host part that
+# names one interface would leave the kubelet's probes and the Service, which reach the pod IP, without an answer.
+LISTEN_ADDRESS = re.compile(r"^(?:0\.0\.0\.0|\[::\])?:(?P<port>[1-9]\d{0,4})$")
+# A DCGM host engine: DNS name, IPv4 address or bracketed IPv6 address, and a port (DCGM_REMOTE_HOSTENGINE_INFO).
+HOSTENGINE = re.compile(
+    r"^(?P<host>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9A-Fa-f:.]+\]):(?P<port>[1-9]\d{0,4})$"
+)
+# An absolute, normalised path of plain characters (no `.` or `..` segment): a file in the image or a host directory.
+PLAIN_PATH = re.compile(r"^(/[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*)+$")
+MAX_ALLOWLIST_REGEXES = 32
+# Python syntax Go's RE2 lacks: lookahead/lookbehind, named and numbered backreferences.
+RE2_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]")
+MAX_REGEX_LENGTH = 256
+
+
+def _port_in_range(value: str, pattern: re.Pattern[str], example: str) -> str:
+    match = pattern.match(value)
+    if not match or not 1 <= int(match["port"]) <= 65535:
+        raise ValueError(f"{value!r} is not {example}")
+    return value
+
+
+def _plain_path(value: Optional[str]) -> Optional[str]:
+    if value is not None and (not PLAIN_PATH.match(value) or any(part in (".", "..") for part in value.split("/"))):
+        raise ValueError(f"{value!r} is not an absolute, normalised path such as /etc/dcgm-exporter/default-counters.csv")
+    return value
+
+
+class HpcJobMapping(_Model):
+    """Per-GPU HPC job ids for metrics: a workload manager (Slurm prolog/epilog) writes one file per GPU, named by
+    its index, holding the ids of the jobs using it; the exporter adds them as the `hpc_job` label."""
+
+    enabled: StrictBool = Field(default=False, description="Mount the job-mapping directory and point the exporter at it (DCGM_HPC_JOB_MAPPING_DIR).")
+    directory: str = Field(
+        default=DEFAULT_JOB_MAPPING_DIR,
+        max_length=255,
+        description=(
+            "Host directory the workload manager writes the job files to, mounted read-only at the same path (created if "
+            "missing). Another directory than the default also goes into the policy pack's additionalHostPaths of "
+            "nvidia-dcgm-exporter (docs/policies.md)."
+        ),
+    )
+
+    _directory = field_validator("directory")(_plain_path)
+
+
 class DcgmExporter(_Model):
     # Fields added to gpu-stack's metrics CSV (components/catalogs/dcgm_metrics.py), which already holds what the
     # alerts and the dashboard read.
     extra_metrics: list[DcgmMetric] = []
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
+    enable_pod_labels: StrictBool = Field(
+        default=False,
+        description=(
+            "Add the labels of the pod using a GPU to its metrics (DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS). The "
+            "exporter then reads pods through the API: gpu-stack binds it the ClusterRole nvidia-dcgm-exporter-read-pods "
+            "and mounts its ServiceAccount token."
+        ),
+    )
+    enable_pod_uid: StrictBool = Field(
+        default=False,
+        description="Add the UID of the pod using a GPU to its metrics (DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID); reads pods like enablePodLabels.",
+    )
+    pod_label_allowlist_regex: list[str] = Field(
+        default=[],
+        max_length=MAX_ALLOWLIST_REGEXES,
+        description=(
+            "Only pod labels whose key matches one of these regular expressions become metric labels (comma-joined into "
+            "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX); empty: every label. Needs enablePodLabels."
+        ),
+    )
+    listen_address: str = Field(
+        default=f":{DEFAULT_EXPORTER_PORT}",
+        description=(
+            "DCGM_EXPORTER_LISTEN: `:<port>` (or `0.0.0.0:<port>`, `[::]:<port>`). The container port, the probes and the "
+            "Service follow the port."
+        ),
+    )
+    collectors_file: Optional[str] = Field(
+        default=None,
+        max_length=255,
+        description=(
+            "A metrics CSV built into the exporter image (e.g. /etc/dcgm-exporter/dcp-metrics-included.csv) used instead of "
+            "gpu-stack's metrics ConfigMap. The alerts and the dashboard read metrics from gpu-stack's CSV, so they must be "
+            "off, and extraMetrics empty."
+        ),
+    )
+    remote_hostengine: Optional[str] = Field(
+        default=None,
+        max_length=260,
+        description=(
+            "`host:port` of a DCGM host engine the exporter connects to (DCGM_REMOTE_HOSTENGINE_INFO), e.g. "
+            "localhost:5555 for the host's own nv-hostengine (DGX OS), which also puts the exporter on the host network. "
+            "Unset: the exporter embeds its host engine, or uses nvidia-dcgm:5555 when components.dcgm is true."
+        ),
+    )
+    host_network: StrictBool = Field(default=False, description="Run the exporter in the host's network namespace (hostNetwork, dnsPolicy ClusterFirstWithHostNet).")
+    host_pid: StrictBool = Field(default=False, description="Run the exporter in the host's PID namespace (hostPID), so it can map GPU processes to host PIDs.")
+    hpc_job_mapping: HpcJobMapping = HpcJobMapping()
+
+    _collectors = field_validator("collectors_file")(_plain_path)
+
+    @field_validator("listen_address")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return _port_in_range(value, LISTEN_ADDRESS, "a listen address such as :9400 (any address of the pod and a port 1-65535)")
+
+    @field_validator("remote_hostengine")
+    @classmethod
+    def _hostengine(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        return _port_in_range(value, HOSTENGINE, "a host engine address host:port such as localhost:5555 or nvidia-dcgm:5555")
+
+    @field_validator("pod_label_allowlist_regex")
+    @classmethod
+    def _regexes(cls, values: list[str]) -> list[str]:
+        for i, value in enumerate(values):
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            if not 0 < len(value) <= MAX_REGEX_LENGTH:
+                raise ValueError(f"entry {i} must be 1 to {MAX_REGEX_LENGTH} characters long")
+            if "," in value:
+                # the exporter splits the joined variable on commas, so a{1,3} would arrive as two broken patterns
+                raise ValueError(f"entry {i} ({shown!r}) contains a comma; the exporter splits the list on commas")
+            try:
+                re.compile(value)
+            except re.error as error:
+                raise ValueError(f"entry {i} ({shown!r}) is not a regular expression: {error}") from None
+            if RE2_UNSUPPORTED.search(value):
+                # the exporter compiles with Go's regexp (RE2), which has neither lookaround nor backreferences
+                raise ValueError(f"entry {i} ({shown!r}) uses a lookaround or backreference, which Go's regexp (RE2) rejects")
+        if len(set(values)) != len(values):
+            raise ValueError("lists a regular expression twice")
+        return values
+
+    @property
+    def port(self) -> int:
+        match = LISTEN_ADDRESS.match(self.listen_address)
+        assert match is not None  # validated
+        return int(match["port"])
+
+    @property
+    def reads_pods(self) -> bool:
+        """Pod metadata in the metrics: the exporter reads pods from the API (NVIDIA's IsKubernetesPodMetadataEnabled)."""
+        return self.enable_pod_labels or self.enable_pod_uid
 
 
 # Prometheus' own duration grammar: units from largest to smallest, each at most once.
@@ -142,6 +285,7 @@ def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         for key, asked in (("alerts.enabled", asked_alerts), ("dashboard.enabled", asked_dashboard)):
             if asked:
                 problems.append((f"{here}.{key}", "reads DCGM exporter metrics: set gpu-stack:components.dcgmExporter: true, or turn this off"))
+    problems += _exporter_checks(cfg, asked_alerts=asked_alerts, asked_dashboard=asked_dashboard)
     builtin = {m.field for m in dcgm_metrics.DEFAULT_METRICS}
     seen: set[str] = set()
     for i, metric in enumerate(cfg.dcgm_exporter.extra_metrics):
@@ -151,4 +295,47 @@ def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         elif metric.field in seen:
             problems.append((where, f"{metric.field} is listed twice"))
         seen.add(metric.field)
+    return problems
+
+
+def _exporter_checks(cfg: StackConfig, *, asked_alerts: bool, asked_dashboard: bool) -> list[tuple[str, str]]:
+    """The exporter options against each other and against the DCGM and monitoring keys."""
+    exporter = cfg.dcgm_exporter
+    here = f"{NAMESPACE}:dcgmExporter"
+    problems: list[tuple[str, str]] = []
+    options = sorted(_set_aliases(exporter) - {"extraMetrics", "internalTrafficPolicy"})
+    if options and not cfg.components.dcgm_exporter:
+        problems.append(
+            (here, f"{', '.join(options)} configure the exporter, which components.dcgmExporter: false leaves out; remove them")
+        )
+    if exporter.pod_label_allowlist_regex and not exporter.enable_pod_labels:
+        problems.append((f"{here}.podLabelAllowlistRegex", "filters the pod labels enablePodLabels adds: set enablePodLabels: true, or remove it"))
+    if exporter.remote_hostengine is not None and cfg.components.dcgm:
+        problems.append(
+            (
+                f"{here}.remoteHostengine",
+                "components.dcgm: true already points the exporter at the nvidia-dcgm host engine; remove one of the two",
+            )
+        )
+    if exporter.collectors_file is not None:
+        where = f"{here}.collectorsFile"
+        if exporter.extra_metrics:
+            problems.append((where, "extraMetrics are added to gpu-stack's metrics ConfigMap, which a collectorsFile replaces; remove one of the two"))
+        monitoring = cfg.monitoring
+        readers = [
+            key
+            for key, on in (
+                ("monitoring.alerts.enabled", monitoring.alerts_on(True) or asked_alerts),
+                ("monitoring.dashboard.enabled", monitoring.dashboard_on(True) or asked_dashboard),
+            )
+            if on
+        ]
+        if readers:
+            problems.append(
+                (
+                    where,
+                    f"{' and '.join(readers)} read metrics that gpu-stack's own CSV guarantees and a file in the image may "
+                    f"lack; set {': false, '.join(readers)}: false, or remove collectorsFile",
+                )
+            )
     return problems

@@ -4,9 +4,9 @@ block and of the custom MIG layouts."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, StrictBool, field_validator
+from pydantic import AfterValidator, Discriminator, Field, PlainSerializer, StrictBool, Tag, field_validator, model_validator
 
 from components.catalogs import catalog
 from components.catalogs import mig_catalog
@@ -22,6 +22,131 @@ SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
 # CUDA MPS serves at most 48 client processes per GPU on Volta and later.
 MPS_MAX_REPLICAS = 48
 MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+# GPU indices a per-GPU MIG layout entry may name (nvidia-smi's index on the node).
+MAX_GPU_INDEX = 63
+
+
+class MigLayoutEntry(_Model):
+    """One entry of a per-GPU MIG layout, in mig-parted's own shape (MP:api/spec/v1/spec.go) written camelCase:
+    the GPUs it configures and how. Rendered into the MIG manager's config as `device-filter`, `devices`,
+    `mig-enabled` and `mig-devices`."""
+
+    devices: Union[Literal["all"], list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]]] = Field(
+        description="The GPUs this entry configures: `all`, or a list of GPU indices as nvidia-smi numbers them "
+        f"(0..{MAX_GPU_INDEX}, each once), narrowed by `deviceFilter` when set."
+    )
+    device_filter: Optional[list[Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]]] = Field(
+        default=None,
+        description="Only GPUs with one of these PCI ids, written as mig-parted takes them: device id then NVIDIA's "
+        "vendor id, `0x20B210DE` for an A100-SXM4-80GB. Unset: an entry for the pool's GPU model (gpu-stack adds its "
+        "ids, so other GPUs of the node are left alone).",
+    )
+    mig_enabled: StrictBool = Field(description="MIG mode of these GPUs; `false` leaves them whole (`migDevices` empty).")
+    mig_devices: dict[str, int] = Field(
+        default_factory=dict,
+        description="MIG devices on each of these GPUs: MIG profile → instances per GPU, e.g. `{3g.40gb: 2}`; each "
+        "must fit the GPU model its devices are on. Empty with `migEnabled: true`: MIG mode without devices.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        allowed = ("devices", "deviceFilter", "migEnabled", "migDevices")
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in allowed)
+            if unknown:
+                raise ValueError(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
+        return data
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value: Any) -> Any:
+        if value == mig_catalog.ALL_DEVICES:
+            return value
+        indices = value if isinstance(value, list) else None
+        if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_GPU_INDEX for i in indices):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise ValueError(f"got {shown}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"GPU indices {indices} name a GPU twice")
+        return value
+
+    @field_validator("device_filter", mode="before")
+    @classmethod
+    def _filter(cls, value: Any) -> Any:
+        for item in value if isinstance(value, list) else []:
+            if not isinstance(item, str) or not mig_catalog.DEVICE_FILTER.match(item):
+                shown = repr(item) if len(repr(item)) <= 40 else repr(item)[:37] + "..."
+                raise ValueError(
+                    f"{shown} is not an NVIDIA PCI id as mig-parted takes it: device id then vendor 10DE, e.g. 0x20B210DE"
+                )
+        return value
+
+    @field_validator("mig_devices")
+    @classmethod
+    def _profiles(cls, devices: dict[str, int]) -> dict[str, int]:
+        for profile, count in devices.items():
+            if not mig_catalog.PROFILE_NAME.match(profile):
+                raise ValueError(f"{profile!r} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.24gb+me")
+            if count < 1:
+                raise ValueError(f"{profile}: count must be at least 1, got {count}")
+        return devices
+
+    @model_validator(mode="after")
+    def _disabled_has_no_devices(self) -> "MigLayoutEntry":
+        if not self.mig_enabled and self.mig_devices:
+            raise ValueError("migDevices must be empty when migEnabled is false (mig-parted refuses it)")
+        return self
+
+    def entry(self) -> mig_catalog.GpuEntry:
+        devices = self.devices if self.devices == mig_catalog.ALL_DEVICES else tuple(self.devices)
+        filters = tuple(self.device_filter) if self.device_filter else None
+        return mig_catalog.GpuEntry(devices, self.mig_enabled, self.mig_devices, filters)
+
+
+def _entries_in(entries: list[MigLayoutEntry]) -> tuple[mig_catalog.GpuEntry, ...]:
+    return tuple(entry.entry() for entry in entries)
+
+
+def _entries_out(entries: tuple[mig_catalog.GpuEntry, ...]) -> list[dict]:
+    """A per-GPU layout back in the stack file's camelCase shape (the config hash and dumps)."""
+    written = []
+    for e in entries:
+        one: dict = {"devices": e.devices if e.devices == mig_catalog.ALL_DEVICES else list(e.devices)}
+        if e.device_filter:
+            one["deviceFilter"] = list(e.device_filter)
+        written.append({**one, "migEnabled": e.mig_enabled, "migDevices": dict(e.mig_devices)})
+    return written
+
+
+def _layout_form(value: Any) -> Optional[str]:
+    if isinstance(value, dict):
+        return "dict[profile, count]"
+    if isinstance(value, (list, tuple)):
+        return "list[entry]"
+    return None
+
+
+# A custom MIG layout: {profile: count} for every GPU alike, or mig-parted's per-GPU entries. After validation the
+# entries are mig_catalog.GpuEntry values, which the catalog, the MIG manager and the inventory read directly.
+# (The tags name the two forms; the loader leaves such bracketed parts out of error paths.)
+MigLayoutValue = Annotated[
+    Union[
+        Annotated[dict[str, int], Tag("dict[profile, count]")],
+        Annotated[
+            list[MigLayoutEntry],
+            AfterValidator(_entries_in),
+            PlainSerializer(_entries_out),
+            Tag("list[entry]"),
+        ],
+    ],
+    Discriminator(
+        _layout_form,
+        custom_error_type="mig_layout_form",
+        custom_error_message="a MIG layout is {<MIG profile>: <instances per GPU>} or a list of per-GPU entries "
+        "({devices, deviceFilter, migEnabled, migDevices})",
+    ),
+]
 
 
 class Sharing(_Model):
@@ -169,7 +294,7 @@ def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
     problems += [(f"{where}.migLayout", reason) for reason in reasons]
     if layout is None:
         return problems
-    if not layout.devices:
+    if not layout.creates_devices:
         problems.append(
             (
                 f"{where}.migLayout",
@@ -184,12 +309,12 @@ def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
     return problems
 
 
-def _usable_layouts(pool: NodePool, custom: dict[str, dict[str, int]]) -> list[str]:
+def _usable_layouts(pool: NodePool, custom: dict[str, mig_catalog.LayoutValue]) -> list[str]:
     """Layouts that fit the pool's GPU, create MIG devices, and suit the pool's MIG strategy."""
     usable = []
     for name in mig_catalog.fitting_layouts(pool.gpu_model, custom):
         layout, _ = mig_catalog.resolve_layout(pool.gpu_model, name, custom)
-        if layout is None or not layout.devices:
+        if layout is None or not layout.creates_devices:
             continue
         if pool.sharing.mig_strategy == "single" and mig_catalog.single_strategy_problem(layout):
             continue

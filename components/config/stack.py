@@ -22,10 +22,13 @@ from components.config.cluster import (
     Versions,
 )
 from components.config.dra import Dra, _dra_checks
+from components.config.driver_extensions import _driver_extension_checks
 from components.config.drivers import Driver, PoolDriverPlan, _driver_daemonset_checks, _pool_driver_checks
 from components.config.gpudirect import GpuDirect, _gpudirect_checks, gds_needs_open_modules
+from components.config.hostpaths import HostPaths, _host_paths_checks
 from components.config.monitoring import DcgmExporter, Monitoring, _monitoring_checks
-from components.config.pools import MIG_LAYOUT_NAME, NodePool, _mig_layout_checks, _sharing_checks
+from components.config.overrides import OperandOverrides, _operand_checks
+from components.config.pools import MIG_LAYOUT_NAME, MigLayoutValue, NodePool, _mig_layout_checks, _sharing_checks
 from components.config.upgrade import Upgrade, _upgrade_checks
 from components.config.vm import SandboxWorkloads, Vgpu
 from components.kit import naming
@@ -37,6 +40,7 @@ class StackConfig(_Model):
     versions: Versions = Versions()
     driver: Driver = Driver()
     toolkit: Toolkit = Toolkit()
+    host_paths: HostPaths = HostPaths()
     device_plugin: DevicePlugin = DevicePlugin()
     validator: Validator = Validator()
     validation: Validation = Validation()
@@ -46,8 +50,14 @@ class StackConfig(_Model):
     dcgm_exporter: DcgmExporter = DcgmExporter()
     mig_manager: MigManager = MigManager()
     monitoring: Monitoring = Monitoring()
-    # Custom MIG layouts (name -> MIG profile -> instances per GPU), usable as nodePools[].sharing.migLayout.
-    mig_layouts: dict[str, dict[str, int]] = {}
+    mig_layouts: dict[str, MigLayoutValue] = Field(
+        default={},
+        description="Custom MIG layouts, usable as `nodePools[].sharing.migLayout`: layout name → either "
+        "`{<MIG profile>: <instances per GPU>}` (the same devices on every GPU), or a list of per-GPU entries in "
+        "mig-parted's shape (`devices`, `deviceFilter`, `migEnabled`, `migDevices`), so GPUs of one node can differ. "
+        "Names are lower-case `a-z 0-9 - .`, never `all-…` (those are the built-ins), and each must be used by a pool. "
+        "See docs/sharing.md.",
+    )
     node_pools: list[NodePool] = Field(min_length=1)
     components: Components = Components()
     upgrade: Upgrade = Upgrade()
@@ -55,12 +65,14 @@ class StackConfig(_Model):
     vgpu: Vgpu = Vgpu()
     gpudirect: GpuDirect = GpuDirect()
     dra: Dra = Dra()
+    # Per-operand overrides (env, args, resources, images, pod settings): components/config/overrides.py
+    operands: OperandOverrides = OperandOverrides()
     # Only ever a Pulumi secret (`pulumi config set --secret`); load_config refuses a plain value.
     registry_password: Optional[SecretStr] = None
 
     @field_validator("mig_layouts")
     @classmethod
-    def _layout_names(cls, layouts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    def _layout_names(cls, layouts: dict[str, MigLayoutValue]) -> dict[str, MigLayoutValue]:
         for name in layouts:
             if not MIG_LAYOUT_NAME.match(name):
                 raise ValueError(f"{name!r} is not a usable layout name (a node label value: a-z, 0-9, '-', '.')")
@@ -136,9 +148,11 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems += _pool_driver_checks(cfg, pool, here)
     problems += _upgrade_checks(cfg)
     problems += _gpudirect_checks(cfg)
+    problems += _host_paths_checks(cfg)
     problems += _dra_checks(cfg)
     problems += _monitoring_checks(cfg)
     problems += _mig_layout_checks(cfg)
+    problems += _operand_checks(cfg)
     if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
     if "node_inventory" in cfg.components.model_fields_set and cfg.components.node_inventory and not cfg.components.node_labeler:
@@ -150,6 +164,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
             )
         )
     problems += _driver_daemonset_checks(cfg)
+    problems += _driver_extension_checks(cfg)
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
         problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
     needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"

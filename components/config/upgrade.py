@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, Optional, Union
 from pydantic import Field, StrictBool, field_validator
 
 from components.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, NAMESPACE, _count_or_percent, _Model
+from components.config.cluster import _SEMVER_TAG
 
 if TYPE_CHECKING:
     from components.config.pools import NodePool
@@ -69,6 +70,49 @@ class Drain(_Model):
         return value
 
 
+# Long enough for any hand-written selector; a longer one is a template gone wrong, and is not echoed back.
+MAX_POD_SELECTOR_LENGTH = 1024
+# The node agent release that has the `wait-for-completion` subcommand (node_images/node-agent).
+WAIT_FOR_COMPLETION_AGENT = (0, 5, 0)
+
+
+class WaitForCompletion(_Model):
+    """ClusterPolicy `driver.upgradePolicy.waitForCompletion` (fact sheet §5): before a node's driver is swapped,
+    wait until the pods matching podSelector on that node have completed. Runs as the node agent's
+    `wait-for-completion` init container, first in every driver pod, before k8s-driver-manager evicts GPU pods."""
+
+    pod_selector: str = Field(
+        description=(
+            "Label selector (equality or set-based, e.g. `app=batch` or `job-type in (training,eval)`) of the pods, "
+            "in any namespace, whose completion each node's driver swap waits for. While it waits the node is "
+            "cordoned (unless someone else already cordoned it) so no new matching pod lands there."
+        ),
+    )
+    timeout_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=86_400,
+        description=(
+            "How long to wait for the matching pods before the swap proceeds anyway (k8s-driver-manager then "
+            "evicts GPU pods as usual); 0 waits until they completed, as the operator's default."
+        ),
+    )
+
+    @field_validator("pod_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                "empty: an empty selector waits for nothing; name the pods, e.g. 'app=batch', or remove waitForCompletion"
+            )
+        if len(value) > MAX_POD_SELECTOR_LENGTH:
+            raise ValueError(f"{len(value)} characters; at most {MAX_POD_SELECTOR_LENGTH}")
+        problem = label_selector_problem(value)
+        if problem:
+            raise ValueError(f"{problem}; e.g. 'app=batch' or 'job-type in (training,eval)'")
+        return value
+
+
 class Wave(_Model):
     name: str
     pools: list[str] = Field(min_length=1)
@@ -94,16 +138,59 @@ class Upgrade(_Model):
     drain: Drain = Drain()
     # Ordered: each wave's driver DaemonSets change only after the previous wave's nodes validated.
     waves: list[Wave] = []
+    wait_for_completion: Optional[WaitForCompletion] = Field(
+        default=None,
+        description=(
+            "Before each node's driver is swapped, wait for its pods matching `podSelector` to complete (at most "
+            "`timeoutSeconds`), as the operator's `driver.upgradePolicy.waitForCompletion`. Needs `strategy: "
+            "rolling` and `nodeAgent.image` 0.5.0 or later; unset, driver pods are rendered as before."
+        ),
+    )
 
     _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
+
+
+def _wait_for_completion_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """waitForCompletion needs a rollout to pace and an agent image that has the subcommand."""
+    if cfg.upgrade.wait_for_completion is None:
+        return []
+    key = f"{NAMESPACE}:upgrade.waitForCompletion"
+    problems: list[tuple[str, str]] = []
+    if cfg.upgrade.strategy != "rolling":
+        # As the operator's upgradePolicy acts only in its automatic upgrades: with `manual`, whoever deletes a
+        # driver pod has chosen that node's moment, and a wait would leave the node without a driver pod instead.
+        problems.append(
+            (
+                key,
+                "waits in a rolling update; with strategy 'manual' you delete each driver pod when its node is idle: "
+                "use 'rolling' or remove waitForCompletion",
+            )
+        )
+    if not cfg.driver_pools:
+        problems.append((key, "no pool gets a driver DaemonSet (host drivers, VM pools), so nothing would wait: remove it"))
+    image = cfg.node_agent.image
+    minimum = ".".join(map(str, WAIT_FOR_COMPLETION_AGENT))
+    if image is None:
+        problems.append((key, f"runs the node agent: set gpu-stack:nodeAgent.image ({minimum} or later)"))
+    elif "@" not in image:
+        found = _SEMVER_TAG.fullmatch(image.rpartition(":")[2])
+        if found and tuple(int(part) for part in found.groups()) < WAIT_FOR_COMPLETION_AGENT:
+            problems.append(
+                (
+                    f"{NAMESPACE}:nodeAgent.image",
+                    f"node agent {found.group(0)} has no wait-for-completion subcommand, which "
+                    f"upgrade.waitForCompletion runs; use {minimum} or later (node_images/node-agent)",
+                )
+            )
+    return problems
 
 
 def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     upgrade = cfg.upgrade
     here = f"{NAMESPACE}:upgrade"
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = _wait_for_completion_checks(cfg)
     if not upgrade.waves:
-        return _gate_timeout_checks(cfg)
+        return problems + _gate_timeout_checks(cfg)
     if upgrade.strategy != "rolling":
         problems.append((f"{here}.waves", "waves gate a rolling update; with strategy 'manual' nothing rolls: use 'rolling'"))
     if not cfg.components.node_labeler:

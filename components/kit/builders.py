@@ -7,7 +7,7 @@ like its asset folder.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -32,14 +32,16 @@ from pulumi_kubernetes.core.v1 import (
     SELinuxOptionsArgs,
     ServicePortArgs,
     ServiceSpecArgs,
-    TolerationArgs,
     VolumeArgs,
     VolumeMountArgs,
 )
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 
 from components.catalogs import consts
-from components.config import DaemonSets, ServiceMonitorSettings
+from components.catalogs import operand_overrides as operand_targets
+from components.config import DaemonSets, HostPaths, OperandOverride, ServiceMonitorSettings
+from components.kit.host_paths import apply_host_paths
+from components.kit.operand_overrides import apply_to_containers, operands_in_pod, pod_tolerations, pull_secrets
 
 # --- images -------------------------------------------------------------------------------------------------
 
@@ -62,6 +64,7 @@ class Images:
     cc_manager: str
     vgpu_device_manager: str
     node_agent: Optional[str]
+    dra_driver: str
 
 
 def image_ref(registry: str, path: str, version: str) -> str:
@@ -84,6 +87,11 @@ class Operands:
     cdi: bool
     toolkit_install_dir: str
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # Where the distribution keeps the host root, an outside driver and the kubelet (`hostPaths`).
+    host_paths: HostPaths = field(default_factory=HostPaths)
+    # `gpu-stack:operands`, by operand key, and the images those overrides resolve to (components/kit/operand_overrides.py).
+    overrides: Mapping[str, OperandOverride] = field(default_factory=dict)
+    operand_images: Mapping[str, str] = field(default_factory=dict)
 
 
 # --- metadata, env, volumes ---------------------------------------------------------------------------------
@@ -252,8 +260,18 @@ def operand_daemonset(
     health is reported by the validation gate instead.
     """
     ds = ops.daemonsets
+    # preProcessDaemonSet's host-path transforms: the states render NVIDIA's defaults, moved here by volume name.
+    volumes, init_containers, containers = apply_host_paths(ops.host_paths, volumes, init_containers, containers)
+    # `gpu-stack:operands`: pod-level settings of the DaemonSet's own operand; container-level ones of every operand
+    # with a container here (the driver's pods also run k8s-driver-manager and the GPUDirect sidecars).
+    operand = operand_targets.daemonset_operand(name, deploy_component)
+    override = ops.overrides.get(operand) if operand else None
+    init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
+    containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)
+    in_pod = operands_in_pod([*init_containers, *containers], operand)
     selector = selector_labels or {"app": name}
-    pod_labels = {**ds.labels, **selector, **(labels or {})}
+    pod_labels = {**ds.labels, **(override.labels if override else {}), **selector, **(labels or {})}
+    pod_annotations = {**ds.annotations, **(override.annotations if override else {}), **(template_annotations or {})}
     node_selector = {consts.deploy_label(deploy_component): "true"} if deploy_component else {}
     node_selector.update(extra_node_selector or {})
     if update_strategy is not None:
@@ -276,14 +294,12 @@ def operand_daemonset(
             selector=LabelSelectorArgs(match_labels=selector),
             update_strategy=strategy,
             template=PodTemplateSpecArgs(
-                metadata=ObjectMetaArgs(labels=pod_labels, annotations={**ds.annotations, **(template_annotations or {})} or None),
+                metadata=ObjectMetaArgs(labels=pod_labels, annotations=pod_annotations or None),
                 spec=PodSpecArgs(
                     node_selector=node_selector or None,
-                    tolerations=[
-                        TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in ds.tolerations
-                    ],
+                    tolerations=pod_tolerations(ds, override),
                     affinity=affinity,
-                    priority_class_name=ds.priority_class_name,
+                    priority_class_name=(override.priority_class_name if override else None) or ds.priority_class_name,
                     service_account_name=service_account,
                     host_pid=host_pid,
                     host_ipc=host_ipc,
@@ -295,7 +311,10 @@ def operand_daemonset(
                     termination_grace_period_seconds=termination_grace_period_seconds,
                     runtime_class_name=ops.runtime_class if runtime_class else None,
                     resource_claims=list(resource_claims) or None,
-                    image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
+                    image_pull_secrets=[
+                        LocalObjectReferenceArgs(name=s) for s in pull_secrets(ops.pull_secrets, (ops.overrides.get(k) for k in in_pod))
+                    ]
+                    or None,
                     init_containers=list(init_containers) or None,
                     containers=list(containers),
                     volumes=list(volumes),

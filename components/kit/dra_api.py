@@ -8,13 +8,16 @@ components/states/dra_driver.py.
 
 * DeviceClasses (GO:manifests/state-dra-driver/04*_deviceclass-*.yaml, DRA:templates/deviceclass-*.yaml):
   `gpu.nvidia.com` and `mig.nvidia.com` always, `compute-domain-daemon.nvidia.com` and
-  `compute-domain-default-channel.nvidia.com` with compute domains. `vfio.gpu.nvidia.com` is left out: its
-  devices are published only with the PassthroughSupport feature gate, and gpu-stack's VM pools take the sandbox
-  operands instead. The chart's `extendedResourceName: nvidia.com/gpu` on v1 is left out as the operator leaves
+  `compute-domain-default-channel.nvidia.com` with compute domains. `vfio.gpu.nvidia.com` only with the
+  PassthroughSupport feature gate (`dra.featureGates`), the only case in which the driver publishes its devices;
+  gpu-stack's VM pools take the sandbox operands instead. The chart's `extendedResourceName: nvidia.com/gpu` on v1 is left out as the operator leaves
   it out: it needs DRAExtendedResource (KEP 5004) and would let `nvidia.com/gpu` requests land on DRA pools.
 * CRDs `computedomains.resource.nvidia.com` and `computedomaincliques.resource.nvidia.com` (v1beta1,
   DRA:deployments/helm/dra-driver-nvidia-gpu/crds/; the operator chart's copy still requires `numNodes`, which
   the driver made optional in v0.4.0).
+* The RBAC rules of the kubelet plugin, the compute-domain controller and its daemons (components/states/
+  dra_driver.py says where each comes from).
+* The adminAccess ResourceClaimTemplate of DCGM and its exporter on DRA nodes.
 * ValidatingAdmissionPolicy `resourceslices-policy-nvidia-dra-driver` + binding (GO:manifests/state-dra-driver/
   0700_resourceslices-policy.yaml): the kubelet plugin's ServiceAccount may write only its own node's slices.
 
@@ -50,6 +53,7 @@ from pulumi_kubernetes.apiextensions.v1 import (
 )
 
 from components.kit.builders import also_after, meta
+from components.kit.rbac import SCC_USE, rule
 
 ADMISSION_POLICY = "resourceslices-policy-nvidia-dra-driver"
 
@@ -133,6 +137,7 @@ GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
 CD_DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
 CD_CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+VFIO_CLASS = "vfio.gpu.nvidia.com"
 GPU_DEVICE_CLASSES: dict[str, str] = {
     GPU_CLASS: _cel(GPU_DRIVER, type="gpu"),
     MIG_CLASS: _cel(GPU_DRIVER, type="mig"),
@@ -144,9 +149,14 @@ COMPUTE_DOMAIN_DEVICE_CLASSES: dict[str, str] = {
 }
 
 
-def device_classes(compute_domains: bool) -> dict[str, str]:
-    """DeviceClass name -> CEL selector."""
-    return {**GPU_DEVICE_CLASSES, **(COMPUTE_DOMAIN_DEVICE_CLASSES if compute_domains else {})}
+def device_classes(compute_domains: bool, passthrough: bool = False) -> dict[str, str]:
+    """DeviceClass name -> CEL selector; `passthrough`: the PassthroughSupport gate's vfio-pci-bound GPUs
+    (GO:manifests/state-dra-driver/0430_deviceclass-vfio-gpu.yaml)."""
+    return {
+        **GPU_DEVICE_CLASSES,
+        **({VFIO_CLASS: _cel(GPU_DRIVER, type="vfio")} if passthrough else {}),
+        **(COMPUTE_DOMAIN_DEVICE_CLASSES if compute_domains else {}),
+    }
 
 
 _MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb([-+][a-z.]+)?$")
@@ -201,6 +211,75 @@ def example_claim_templates(api_version: str, compute_domains: bool, *, mig_prof
             }
         )
     return examples
+
+
+# --- RBAC rules of the driver's components (components/states/dra_driver.py binds them) ---------------------------
+
+PLUGIN_CLUSTER_RULES = (
+    rule([CRD_GROUP], ["computedomains"], ["get", "list", "watch"]),
+    rule([RESOURCE_GROUP], ["resourceclaims"], ["get", "list", "watch"]),
+    rule([RESOURCE_GROUP], ["resourceslices"], ["get", "list", "watch", "create", "update", "delete"]),
+    rule([""], ["nodes"], ["get", "list", "watch", "update", "patch"]),
+    rule([""], ["pods"], ["get", "list", "watch"]),
+)
+# the driver validation lists DaemonSets to tell an operator-managed driver from a host one
+PLUGIN_ROLE_RULES = (SCC_USE, rule(["apps"], ["daemonsets"], ["list"]))
+PLUGIN_CD_ROLE_RULES = (rule([CRD_GROUP], ["computedomaincliques"], ["get"]),)
+# MPSSupport: the plugin runs an MPS control daemon Deployment per shared claim (GO:manifests/state-dra-driver/0140_*)
+PLUGIN_MPS_ROLE_RULES = (rule(["apps"], ["deployments"], ["get", "list", "watch", "create", "update", "patch", "delete"]),)
+
+CONTROLLER_CLUSTER_RULES = (
+    rule([CRD_GROUP], ["computedomains"], ["get", "list", "watch", "update"]),
+    rule([CRD_GROUP], ["computedomains/status"], ["update"]),
+    rule([RESOURCE_GROUP], ["resourceclaimtemplates"], ["get", "list", "watch", "create", "update", "delete"]),
+    rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
+    rule([""], ["nodes"], ["get", "list", "watch", "update"]),
+    rule([""], ["pods"], ["get", "list", "watch"]),
+)
+CONTROLLER_ROLE_RULES = (
+    rule(["apps"], ["daemonsets"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+    rule([CRD_GROUP], ["computedomaincliques"], ["get", "list", "watch", "update"]),
+)
+
+CD_DAEMON_CLUSTER_RULES = (
+    rule([CRD_GROUP], ["computedomains", "computedomains/status"], ["get", "list", "watch", "update", "patch"]),
+    rule([CRD_GROUP], ["computedomaincliques"], ["get", "list", "watch", "create", "update", "patch"]),
+    rule([""], ["pods"], ["get", "list", "watch", "patch"]),
+)
+
+
+# --- adminAccess claims on every GPU of a node -------------------------------------------------------------------
+
+# adminAccess claims are on by default from Kubernetes 1.34, which serves resource.k8s.io/v1 (DRAAdminAccess beta).
+ADMIN_ACCESS_API_VERSION = f"{RESOURCE_GROUP}/v1"
+
+
+def admin_claim_template(
+    name: str, namespace: str, request: str, *, labels: dict[str, str], opts: pulumi.ResourceOptions
+) -> k8s.resource.v1.ResourceClaimTemplate:
+    """A ResourceClaimTemplate for every `gpu.nvidia.com` device of the pod's node with adminAccess (allocationMode
+    All), as NVIDIA's DRA-flavoured DCGM and DCGM exporter claim them (GO:manifests/state-dcgm/0400_*,
+    GO:manifests/state-dcgm-exporter/0400_*): monitoring access that reserves nothing, so it never competes with a
+    workload's claim. Accepted only in a namespace labelled `resource.kubernetes.io/admin-access: "true"`."""
+    return k8s.resource.v1.ResourceClaimTemplate(
+        name,
+        metadata=meta(name, namespace, labels),
+        spec=k8s.resource.v1.ResourceClaimTemplateSpecArgs(
+            spec=k8s.resource.v1.ResourceClaimSpecArgs(
+                devices=k8s.resource.v1.DeviceClaimArgs(
+                    requests=[
+                        k8s.resource.v1.DeviceRequestArgs(
+                            name=request,
+                            exactly=k8s.resource.v1.ExactDeviceRequestArgs(
+                                device_class_name=GPU_CLASS, allocation_mode="All", admin_access=True
+                            ),
+                        )
+                    ]
+                )
+            )
+        ),
+        opts=opts,
+    )
 
 
 # --- CRDs ----------------------------------------------------------------------------------------------------

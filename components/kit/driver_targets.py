@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from components.config import NodePool, StackConfig
+from components.kit.driver_extensions import digest_material
 from node_images import catalog as node_image_catalog
 
 
@@ -55,6 +56,8 @@ class DriverTarget:
     sidecars: Sidecars = Sidecars()
     dra: bool = False  # its pools allocate by DRA
     selects_pools: bool = True
+    # The stack's driver extensions the install depends on (kit/driver_extensions.py digest_material), if any.
+    extensions: Optional[str] = None
 
     def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
         return files.dra if self.dra else files.device_plugin
@@ -103,6 +106,7 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
                 sidecars,
                 pool.allocation == "dra",
                 selects_pools=cfg.components.node_labeler,
+                extensions=digest_material(cfg.driver),
             )
         )
     return targets
@@ -111,7 +115,10 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
 def config_digest(target: DriverTarget) -> str:
     """Lets k8s-driver-manager skip an uninstall (and the GPU-pod eviction) when nothing the driver install
     depends on changed (DRIVER_CONFIG_DIGEST, fact sheet §4.1)."""
-    material = {"image": target.image, "kernelModuleType": target.kernel_module_type}
+    material: dict = {"image": target.image, "kernelModuleType": target.kernel_module_type}
+    if target.extensions is not None:
+        # A licence, repository, CA, module parameter or volume change reinstalls, as the operator's digest does.
+        material["extensions"] = target.extensions
     if target.sidecars != Sidecars():
         # peermem is built into the driver install with MOFED's symbols, so turning RDMA on needs a reinstall.
         material["gpudirect"] = [*sidecar_images(target).values(), target.sidecars.rdma, target.sidecars.host_mofed]

@@ -64,7 +64,7 @@ def mig_config_label(pool: NodePool) -> Optional[str]:
     return pool.sharing.mig_layout if pool.sharing.is_mig else MIG_DISABLED
 
 
-def pool_layout(pool: NodePool, custom_layouts: Mapping[str, Mapping[str, int]]) -> Optional[mig_catalog.Layout]:
+def pool_layout(pool: NodePool, custom_layouts: Mapping[str, mig_catalog.LayoutValue]) -> Optional[mig_catalog.Layout]:
     if not pool.sharing.is_mig or pool.sharing.mig_layout is None:
         return None
     layout, _ = mig_catalog.resolve_layout(pool.gpu_model, pool.sharing.mig_layout, custom_layouts)
@@ -72,28 +72,37 @@ def pool_layout(pool: NodePool, custom_layouts: Mapping[str, Mapping[str, int]])
 
 
 def advertised_resources(
-    pool: NodePool, default_mig_strategy: str, custom_layouts: Mapping[str, Mapping[str, int]]
-) -> dict[str, int]:
-    """Extended resources each GPU of the pool turns into: what a workload team writes in `resources.limits`."""
+    pool: NodePool, default_mig_strategy: str, custom_layouts: Mapping[str, mig_catalog.LayoutValue]
+) -> dict[str, dict[str, int]]:
+    """Extended resources the pool's GPUs turn into, what a workload team writes in `resources.limits`: GPU index
+    -> resources, with the key "all" for every GPU alike (the only key unless a per-GPU MIG layout says otherwise)."""
     sharing = pool.sharing
     if sharing.strategy in ("time-slicing", "mps"):
         name = SHARED_GPU_RESOURCE if sharing.rename_by_default else GPU_RESOURCE
-        return {name: int(sharing.replicas or 1)}
+        return {mig_catalog.ALL_DEVICES: {name: int(sharing.replicas or 1)}}
     layout = pool_layout(pool, custom_layouts)
     if layout is not None and sharing.mig_strategy is not None:
-        return mig_catalog.resource_names(layout, sharing.mig_strategy)
-    return {GPU_RESOURCE: 1}
+        return mig_catalog.resources_by_gpu(layout, sharing.mig_strategy)
+    return {mig_catalog.ALL_DEVICES: {GPU_RESOURCE: 1}}
+
+
+def _per_gpu(resources: dict[str, dict[str, int]]) -> dict:
+    """`perGpu` when every GPU is alike, else `byGpu` (GPU index -> resources)."""
+    if list(resources) == [mig_catalog.ALL_DEVICES]:
+        return {"perGpu": resources[mig_catalog.ALL_DEVICES]}
+    return {"byGpu": resources}
 
 
 def resources_by_pool(
-    pools: Sequence[NodePool], default_mig_strategy: str, custom_layouts: Mapping[str, Mapping[str, int]]
+    pools: Sequence[NodePool], default_mig_strategy: str, custom_layouts: Mapping[str, mig_catalog.LayoutValue]
 ) -> dict[str, dict]:
-    """The stack output `gpuResources`: per container pool, its sharing strategy and the resources per GPU."""
+    """The stack output `gpuResources`: per container pool, its sharing strategy and the resources per GPU
+    (`perGpu`), or per GPU index (`byGpu`) for a per-GPU MIG layout."""
     return {
         pool.name: {
             "strategy": pool.sharing.strategy,
             "gpuModel": pool.gpu_model,
-            "perGpu": advertised_resources(pool, default_mig_strategy, custom_layouts),
+            **_per_gpu(advertised_resources(pool, default_mig_strategy, custom_layouts)),
             **({"migLayout": pool.sharing.mig_layout} if pool.sharing.is_mig else {}),
         }
         for pool in pools
@@ -102,13 +111,13 @@ def resources_by_pool(
 
 
 def mig_parted_layouts(
-    pools: Sequence[NodePool], custom_layouts: Mapping[str, Mapping[str, int]]
-) -> dict[str, dict[str, dict[str, int]]]:
-    """Custom layouts as `mig_catalog.mig_parted_config` takes them: name -> GPU model -> devices, for the
-    models of the pools that use them."""
-    used: dict[str, dict[str, dict[str, int]]] = {}
+    pools: Sequence[NodePool], custom_layouts: Mapping[str, mig_catalog.LayoutValue]
+) -> dict[str, dict[str, mig_catalog.LayoutValue]]:
+    """Custom layouts as `mig_catalog.mig_parted_config` takes them: name -> GPU model -> devices (or per-GPU
+    entries), for the models of the pools that use them."""
+    used: dict[str, dict[str, mig_catalog.LayoutValue]] = {}
     for pool in pools:
         name = pool.sharing.mig_layout
         if pool.sharing.is_mig and name in custom_layouts:
-            used.setdefault(name, {})[pool.gpu_model] = dict(custom_layouts[name])
+            used.setdefault(name, {})[pool.gpu_model] = custom_layouts[name]
     return used

@@ -15,14 +15,19 @@ tag v26.7.0; DRA = NVIDIA/k8s-dra-driver-gpu at 2240711, whose Helm chart equals
   endpoints (:8080 gpus, :8081 compute domains) and gRPC health ports (51516 gpus, 51515 compute domains, service
   `liveness`; GO:internal/state/dra_driver.go defaultGPUsHealthcheckPort) as in the asset; RollingUpdate with
   maxUnavailable 100% as in the asset and DRA:deployments/helm/dra-driver-nvidia-gpu/values.yaml.
-* RBAC (GO:manifests/state-dra-driver/0100-0300, DRA:templates/rbac-*.yaml): the kubelet plugin's ClusterRole
+* RBAC (GO:manifests/state-dra-driver/0100-0300, DRA:templates/rbac-*.yaml; rule tables in components/kit/
+  dra_api.py): the kubelet plugin's ClusterRole
   (computedomains read, resourceclaims read, resourceslices read/write, nodes get/list/watch/update/patch, pods read)
   and Role (daemonsets list for the driver validation, computedomaincliques get with compute domains); the
   compute-domain controller's and the compute-domain daemon's (`compute-domain-daemon-service-account`: the
   controller creates the daemon DaemonSets with that name, DRA:templates/compute-domain-daemon.tmpl.yaml).
   gpu-stack names each SA, role and binding alike (components/kit/rbac.py rbac_set) and merges the operator's
-  separate kubelet plugin Roles into one; the MPS Role exists only with the MPSSupport feature gate, which
-  gpu-stack does not set.
+  separate kubelet plugin Roles into one, including the MPS Role (Deployments, for the MPS control daemons the
+  plugin starts) with the MPSSupport feature gate.
+* Feature gates (`dra.featureGates`, GO:api/nvidia/v1alpha1/gpucluster_types.go `FeatureGates`): FEATURE_GATES
+  (`Name=true|false`, sorted, comma-joined) on the gpus, compute-domains and controller containers. With
+  PassthroughSupport the gpus container also mounts /lib/modules (read-only), /sys and /proc (Bidirectional) to
+  find and bind the vfio-pci driver, as the asset does.
 * DeviceClasses, with compute domains the ComputeDomain CRDs, and the ResourceSlice admission policy:
   components/kit/dra_api.py.
 * compute-domain controller Deployment `nvidia-dra-driver-controller` (GO:manifests/state-dra-driver/
@@ -43,7 +48,8 @@ operator's MASK_NVIDIA_DRIVER_PARAMS branch (for nvkind) is not rendered.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from types import MappingProxyType
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -88,23 +94,30 @@ from components.kit.builders import (
 )
 from components.kit.dra_api import (
     APP_NAME,
+    CD_DAEMON_CLUSTER_RULES,
     COMPUTE_DOMAIN_CLIQUE_SCHEMA,
     COMPUTE_DOMAIN_SCHEMA,
-    CRD_GROUP,
+    CONTROLLER_CLUSTER_RULES,
+    CONTROLLER_ROLE_RULES,
     NAME_LABEL,
-    RESOURCE_GROUP,
+    PLUGIN_CD_ROLE_RULES,
+    PLUGIN_CLUSTER_RULES,
+    PLUGIN_MPS_ROLE_RULES,
+    PLUGIN_ROLE_RULES,
     crd,
     device_classes,
     resource_module,
     slice_policy,
 )
-from components.kit.rbac import SCC_USE, rbac_set, rule
+from components.kit.operand_overrides import apply_to_containers, pod_tolerations, pull_secrets
+from components.kit.rbac import SCC_USE, rbac_set
 
 DAEMONSET = "nvidia-dra-driver-kubelet-plugin"
 KUBELET_PLUGIN_SA = "nvidia-dra-driver-kubeletplugin"
 CONTROLLER = "nvidia-dra-driver-controller"
 CD_DAEMON_SA = "compute-domain-daemon-service-account"
 DEPLOY_COMPONENT = "dra-driver"
+OPERAND = "draDriver"  # its `gpu-stack:operands` key
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 
@@ -112,42 +125,10 @@ KUBELET_ROOT = "/var/lib/kubelet"
 PLUGINS_REGISTRY = f"{KUBELET_ROOT}/plugins_registry"
 PLUGINS_DIR = f"{KUBELET_ROOT}/plugins"
 DRIVER_ROOT_CTR_PATH = "/driver-root"
+FEATURE_GATES_ENV = "FEATURE_GATES"
 GPUS_HEALTH_PORT = 51516
 COMPUTE_DOMAINS_HEALTH_PORT = 51515
 LOG_VERBOSITY = "4"
-
-# --- RBAC ------------------------------------------------------------------------------------------------------
-
-PLUGIN_CLUSTER_RULES = (
-    rule([CRD_GROUP], ["computedomains"], ["get", "list", "watch"]),
-    rule([RESOURCE_GROUP], ["resourceclaims"], ["get", "list", "watch"]),
-    rule([RESOURCE_GROUP], ["resourceslices"], ["get", "list", "watch", "create", "update", "delete"]),
-    rule([""], ["nodes"], ["get", "list", "watch", "update", "patch"]),
-    rule([""], ["pods"], ["get", "list", "watch"]),
-)
-# the driver validation lists DaemonSets to tell an operator-managed driver from a host one
-PLUGIN_ROLE_RULES = (SCC_USE, rule(["apps"], ["daemonsets"], ["list"]))
-PLUGIN_CD_ROLE_RULES = (rule([CRD_GROUP], ["computedomaincliques"], ["get"]),)
-
-CONTROLLER_CLUSTER_RULES = (
-    rule([CRD_GROUP], ["computedomains"], ["get", "list", "watch", "update"]),
-    rule([CRD_GROUP], ["computedomains/status"], ["update"]),
-    rule([RESOURCE_GROUP], ["resourceclaimtemplates"], ["get", "list", "watch", "create", "update", "delete"]),
-    rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
-    rule([""], ["nodes"], ["get", "list", "watch", "update"]),
-    rule([""], ["pods"], ["get", "list", "watch"]),
-)
-CONTROLLER_ROLE_RULES = (
-    rule(["apps"], ["daemonsets"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
-    rule([CRD_GROUP], ["computedomaincliques"], ["get", "list", "watch", "update"]),
-)
-
-CD_DAEMON_CLUSTER_RULES = (
-    rule([CRD_GROUP], ["computedomains", "computedomains/status"], ["get", "list", "watch", "update", "patch"]),
-    rule([CRD_GROUP], ["computedomaincliques"], ["get", "list", "watch", "create", "update", "patch"]),
-    rule([""], ["pods"], ["get", "list", "watch", "patch"]),
-)
-
 
 # --- the kubelet plugin -------------------------------------------------------------------------------------------
 
@@ -195,7 +176,25 @@ def _kubelet_env(port: int) -> list:
     ]
 
 
-def gpus_container(image: str) -> ContainerArgs:
+def _gates_env(feature_gates: str) -> list:
+    return [env(FEATURE_GATES_ENV, feature_gates)] if feature_gates else []
+
+
+# PassthroughSupport: go-nvlib's nvpassthrough reads the modules and sysfs to pick the vfio-pci variant and bind it.
+PASSTHROUGH_MOUNTS = (
+    mount("lib-modules", "/lib/modules", read_only=True, propagation="HostToContainer"),
+    mount("sysfs", "/sys", propagation="Bidirectional"),
+    mount("procfs", "/proc", propagation="Bidirectional"),
+)
+PASSTHROUGH_VOLUMES = (
+    host_path("lib-modules", "/lib/modules", "Directory"),
+    host_path("sysfs", "/sys", "Directory"),
+    host_path("procfs", "/proc", "Directory"),
+)
+
+
+def gpus_container(image: str, feature_gates: str = "", passthrough: bool = False) -> ContainerArgs:
+    """`feature_gates`: the FEATURE_GATES value (empty: the driver's defaults)."""
     return ContainerArgs(
         name="gpus",
         image=image,
@@ -211,13 +210,14 @@ def gpus_container(image: str) -> ContainerArgs:
             env_from_field("NAMESPACE", "metadata.namespace"),
             env("IMAGE_NAME", image),
             *_kubelet_env(GPUS_HEALTH_PORT),
+            *_gates_env(feature_gates),
         ],
         **_health_probes(GPUS_HEALTH_PORT, 30),
-        volume_mounts=list(PLUGIN_MOUNTS),
+        volume_mounts=[*PLUGIN_MOUNTS, *(PASSTHROUGH_MOUNTS if passthrough else ())],
     )
 
 
-def compute_domains_container(image: str) -> ContainerArgs:
+def compute_domains_container(image: str, feature_gates: str = "") -> ContainerArgs:
     return ContainerArgs(
         name="compute-domains",
         image=image,
@@ -233,6 +233,7 @@ def compute_domains_container(image: str) -> ContainerArgs:
             *_kubelet_env(COMPUTE_DOMAINS_HEALTH_PORT),
             # v0.5.0: the plugin labels its node's NVLink clique itself (GO commit c5656b834)
             env("GPU_CLIQUE_LABEL_ENABLED", "true"),
+            *_gates_env(feature_gates),
         ],
         **_health_probes(COMPUTE_DOMAINS_HEALTH_PORT, 10),
         volume_mounts=list(PLUGIN_MOUNTS),
@@ -294,8 +295,9 @@ CONTROLLER_TOLERATIONS = (
 )
 
 
-def controller_container(ops: Operands, image: str) -> ContainerArgs:
-    pull_secrets = [env("CD_DAEMON_IMAGE_PULL_SECRET_NAMES", ",".join(ops.pull_secrets))] if ops.pull_secrets else []
+def controller_container(ops: Operands, image: str, feature_gates: str = "") -> ContainerArgs:
+    secrets = pull_secrets(ops.pull_secrets, [ops.overrides.get(OPERAND)])
+    daemon_secrets = [env("CD_DAEMON_IMAGE_PULL_SECRET_NAMES", ",".join(secrets))] if secrets else []
     return ContainerArgs(
         name="compute-domain",
         image=image,
@@ -310,7 +312,7 @@ def controller_container(ops: Operands, image: str) -> ContainerArgs:
             env_from_field("NAMESPACE", "metadata.namespace"),
             # the daemon DaemonSets the controller creates run this image too
             env("IMAGE_NAME", image),
-            *pull_secrets,
+            *daemon_secrets,
             env("NVIDIA_VISIBLE_DEVICES", "void"),
             env("LEADER_ELECTION_ENABLED", "false"),
             env("LEADER_ELECTION_LEASE_LOCK_NAME", CONTROLLER),
@@ -318,14 +320,19 @@ def controller_container(ops: Operands, image: str) -> ContainerArgs:
             env("LEADER_ELECTION_LEASE_DURATION", "15s"),
             env("LEADER_ELECTION_RENEW_DEADLINE", "10s"),
             env("LEADER_ELECTION_RETRY_PERIOD", "2s"),
+            *_gates_env(feature_gates),
         ],
     )
 
 
-def _controller(ops: Operands, image: str, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+def _controller(ops: Operands, image: str, feature_gates: str, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
     ds = ops.daemonsets
+    # The controller is part of the `draDriver` operand: its overrides apply here as on the kubelet plugin.
+    override = ops.overrides.get(OPERAND)
     selector = {"app": CONTROLLER}
     labels = {NAME_LABEL: APP_NAME, COMPONENT_LABEL: CONTROLLER, **selector}
+    pod_labels = {**ds.labels, **(override.labels if override else {}), **labels}
+    pod_annotations = {**ds.annotations, **(override.annotations if override else {})}
     return k8s.apps.v1.Deployment(
         CONTROLLER,
         metadata=meta(CONTROLLER, ops.namespace, {**ds.labels, **labels, **ops.extra_labels}, ds.annotations or None),
@@ -333,11 +340,11 @@ def _controller(ops: Operands, image: str, opts: pulumi.ResourceOptions) -> k8s.
             replicas=1,
             selector=LabelSelectorArgs(match_labels=selector),
             template=PodTemplateSpecArgs(
-                metadata=ObjectMetaArgs(labels={**ds.labels, **labels}, annotations=ds.annotations or None),
+                metadata=ObjectMetaArgs(labels=pod_labels, annotations=pod_annotations or None),
                 spec=PodSpecArgs(
-                    priority_class_name=ds.priority_class_name,
+                    priority_class_name=(override.priority_class_name if override else None) or ds.priority_class_name,
                     service_account_name=CONTROLLER,
-                    image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in ops.pull_secrets] or None,
+                    image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in pull_secrets(ops.pull_secrets, [override])] or None,
                     affinity=AffinityArgs(
                         node_affinity=NodeAffinityArgs(
                             preferred_during_scheduling_ignored_during_execution=[
@@ -361,11 +368,8 @@ def _controller(ops: Operands, image: str, opts: pulumi.ResourceOptions) -> k8s.
                             ]
                         ),
                     ),
-                    tolerations=[
-                        *CONTROLLER_TOLERATIONS,
-                        *(TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in ds.tolerations),
-                    ],
-                    containers=[controller_container(ops, image)],
+                    tolerations=[*CONTROLLER_TOLERATIONS, *pod_tolerations(ds, override)],
+                    containers=apply_to_containers([controller_container(ops, image, feature_gates)], OPERAND, ops.overrides, ops.operand_images),
                 ),
             ),
         ),
@@ -394,10 +398,16 @@ class DraDriver(pulumi.ComponentResource):
         resource_api_version: str,
         pools: Sequence[str],
         compute_domains: bool,
+        feature_gates: Mapping[str, bool] = MappingProxyType({}),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
+        """`feature_gates`: the stack's `dra.featureGates`, the gates it sets (the rest keep the driver's defaults)."""
         resource = resource_module(resource_api_version)
+        # as the operator renders FEATURE_GATES (GO:internal/render/render.go convertStringMapToCommaSeparatedString)
+        gates = ",".join(f"{name}={str(on).lower()}" for name, on in sorted(feature_gates.items()))
+        passthrough = feature_gates.get("PassthroughSupport", False)
+        mps = feature_gates.get("MPSSupport", False)
         affinity = pool_affinity(pools)
         super().__init__("gpu-stack:index:DraDriver", name, None, opts)
         child = child_opts(self, depends_on)
@@ -423,7 +433,11 @@ class DraDriver(pulumi.ComponentResource):
         plugin_rbac = rbac_set(
             KUBELET_PLUGIN_SA,
             ops.namespace,
-            role_rules=[*PLUGIN_ROLE_RULES, *(PLUGIN_CD_ROLE_RULES if compute_domains else ())],
+            role_rules=[
+                *PLUGIN_ROLE_RULES,
+                *(PLUGIN_CD_ROLE_RULES if compute_domains else ()),
+                *(PLUGIN_MPS_ROLE_RULES if mps else ()),
+            ],
             cluster_role_rules=PLUGIN_CLUSTER_RULES,
             labels=plugin_labels,
             opts=child,
@@ -436,11 +450,14 @@ class DraDriver(pulumi.ComponentResource):
                 # workloads' ResourceClaims name these classes
                 opts=kept(child),
             )
-            for class_name, cel in device_classes(compute_domains).items()
+            for class_name, cel in device_classes(compute_domains, passthrough).items()
         ]
         policy = slice_policy(ops.namespace, KUBELET_PLUGIN_SA, child)
 
-        containers = [gpus_container(image), *([compute_domains_container(image)] if compute_domains else [])]
+        containers = [
+            gpus_container(image, gates, passthrough),
+            *([compute_domains_container(image, gates)] if compute_domains else []),
+        ]
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
@@ -461,6 +478,7 @@ class DraDriver(pulumi.ComponentResource):
                 host_path("host-root", "/"),
                 host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
                 VALIDATIONS_VOLUME,
+                *(PASSTHROUGH_VOLUMES if passthrough else ()),
             ],
             # the slice policy must be in force before any plugin publishes
             opts=also_after(child, *plugin_rbac.resources, *self.crds, *policy),
@@ -476,13 +494,13 @@ class DraDriver(pulumi.ComponentResource):
                 labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: CONTROLLER},
                 opts=child,
             )
-            self.controller = _controller(ops, image, also_after(child, *controller_rbac.resources, *cd_rbac, *self.crds))
+            self.controller = _controller(ops, image, gates, also_after(child, *controller_rbac.resources, *cd_rbac, *self.crds))
 
         self.register_outputs(
             {
                 "daemonset": DAEMONSET,
                 "resourceApiVersion": resource_api_version,
-                "deviceClasses": list(device_classes(compute_domains)),
+                "deviceClasses": list(device_classes(compute_domains, passthrough)),
                 "computeDomains": compute_domains,
                 "pools": list(pools),
             }

@@ -14,8 +14,9 @@ at the upgrade's pace. Because DRIVER_CONFIG_DIGEST is the same when the image i
 k8s-driver-manager keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
 
 Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
-k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver; `manual` renders
-OnDelete. The driver container is Ready only once the node's validator wrote all its files (a readinessProbe,
+k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver, after the node agent's
+`wait-for-completion` init container let the node's jobs finish when `upgrade.waitForCompletion` is set; `manual`
+renders OnDelete. The driver container is Ready only once the node's validator wrote all its files (a readinessProbe,
 which the operator lets `driver.readinessProbe` configure): a rolling update then moves to the next node when
 this one can run GPU work again, not when its modules are merely loaded, so maxUnavailable bounds the nodes
 out of service, validation included. Nothing else reads the driver pod's readiness. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
@@ -65,7 +66,9 @@ from components.kit.builders import (
     operand_daemonset,
 )
 from components.kit.rbac import SCC_USE, rbac_set, rule
+from components.config import Driver as DriverSettings
 from components.config import Upgrade
+from components.kit.driver_extensions import DriverPodExtensions, pod_extensions, tuned, wait_for_completion_containers
 from components.kit.driver_targets import DriverTarget, Sidecars, ValidatedFiles, config_digest, sidecar_images
 
 NAME = "nvidia-driver"
@@ -101,6 +104,11 @@ nvidia-smi || {{ echo "nvidia-smi does not answer yet"; exit 1; }}
 }} > "$ready.tmp"
 mv "$ready.tmp" "$ready"
 """
+
+
+# k8s-driver-manager, the driver and peermem must run under runc, never the NVIDIA runtime's hook (NVIDIA's
+# state-driver manifest sets it on all three).
+RUNC_ONLY = env("NVIDIA_VISIBLE_DEVICES", "void")
 
 
 def _flag(value: bool) -> str:
@@ -181,8 +189,10 @@ SIDECAR_MOUNTS = (
 )
 
 
-def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
-    """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml)."""
+def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions] = None) -> list[ContainerArgs]:
+    """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml),
+    with the mounts and envFrom the stack's driver extensions give each (kit/driver_extensions.py)."""
+    ext = ext or DriverPodExtensions()
     sidecars = target.sidecars
     containers = []
     if sidecars.rdma:
@@ -194,13 +204,14 @@ def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
                 image_pull_policy="IfNotPresent",
                 command=["nvidia-driver"],
                 args=["reload_nvidia_peermem"],
-                env=[env("USE_HOST_MOFED", "true")] if sidecars.host_mofed else None,
+                env=[RUNC_ONLY, *([env("USE_HOST_MOFED", "true")] if sidecars.host_mofed else [])],
                 security_context=PRIVILEGED_S0,
                 volume_mounts=[
                     mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
                     mount("var-log", "/var/log"),
                     mount("dev-log", "/dev/log", read_only=True),
                     mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+                    *ext.peermem_mounts,
                 ],
                 startup_probe=_shell_probe(PEERMEM_PROBE, initial_delay=10, period=10, failures=120),
                 liveness_probe=_shell_probe(PEERMEM_PROBE, initial_delay=30, period=30, failures=1),
@@ -217,7 +228,8 @@ def gpudirect_containers(target: DriverTarget) -> list[ContainerArgs]:
                 command=["bash", "-xc"],
                 args=[f"{AWAIT_DRIVER}exec {installer} install"],
                 security_context=PRIVILEGED_S0,
-                volume_mounts=list(SIDECAR_MOUNTS),
+                env_from=ext.env_from,
+                volume_mounts=[*SIDECAR_MOUNTS, *ext.sidecar_mounts],
                 startup_probe=_shell_probe(f"lsmod | grep -q '^{module} '", initial_delay=10, period=10, failures=120),
             )
         )
@@ -240,11 +252,16 @@ def driver_daemonset(
     upgrade: Upgrade,
     validated_files: ValidatedFiles,
     opts: pulumi.ResourceOptions,
+    settings: DriverSettings = DriverSettings(),
 ) -> k8s.apps.v1.DaemonSet:
-    """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`."""
+    """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`, its extensions
+    (licence, repositories, CAs, module parameters, secretEnv, extra volumes, probe timings, host network) from
+    `settings`."""
+    ext = pod_extensions(settings, target.os_tag, precompiled=target.precompiled)
     node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     digest = config_digest(target)
     driver_env = [
+        RUNC_ONLY,
         NODE_NAME_ENV,
         env_from_field("NODE_IP", "status.hostIP"),
         env("KERNEL_MODULE_TYPE", target.kernel_module_type),
@@ -279,6 +296,7 @@ def driver_daemonset(
         image_pull_policy="IfNotPresent",
         command=["nvidia-driver"],
         args=["init"],
+        env_from=ext.env_from,
         env=driver_env,
         security_context=PRIVILEGED_S0,
         volume_mounts=[
@@ -294,8 +312,9 @@ def driver_daemonset(
             mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
             mount("nv-firmware", "/lib/firmware"),
             mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
+            *ext.driver_mounts,
         ],
-        startup_probe=ProbeArgs(
+        startup_probe=tuned(ProbeArgs(
             exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
             # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
             initial_delay_seconds=5 if target.precompiled else 60,
@@ -303,14 +322,14 @@ def driver_daemonset(
             success_threshold=1,
             period_seconds=10,
             timeout_seconds=60,
-        ),
-        readiness_probe=ProbeArgs(
+        ), settings.startup_probe),
+        readiness_probe=tuned(ProbeArgs(
             exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
             period_seconds=10,
             timeout_seconds=5,
             success_threshold=1,
             failure_threshold=1,
-        ),
+        ), settings.readiness_probe),
         lifecycle=LifecycleArgs(
             pre_stop=LifecycleHandlerArgs(
                 exec_=ExecActionArgs(
@@ -370,16 +389,19 @@ def driver_daemonset(
         template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
         extra_node_selector={consts.NFD_KERNEL_FULL: target.kernel} if target.kernel else None,
         host_pid=True,
+        host_network=settings.host_network or None,
         affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
         update_strategy=update_strategy(upgrade),
-        init_containers=[manager],
-        containers=[driver, *gpudirect_containers(target)],
+        # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
+        init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
+        containers=[driver, *gpudirect_containers(target, ext)],
         volumes=[
             *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
             VolumeArgs(
                 name="driver-startup-probe-script",
                 config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
             ),
+            *ext.volumes,
         ],
         opts=opts,
     )
@@ -407,6 +429,7 @@ class Driver(pulumi.ComponentResource):
         targets: Sequence[DriverTarget],
         upgrade: Upgrade,
         validated_files: ValidatedFiles,
+        settings: DriverSettings = DriverSettings(),
         waits_for: Optional[dict[str, Sequence[pulumi.Input[pulumi.Resource]]]] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
@@ -429,7 +452,7 @@ class Driver(pulumi.ComponentResource):
             opts_ = pulumi.ResourceOptions.merge(
                 ds_opts, pulumi.ResourceOptions(depends_on=gates, aliases=[naming.former_wave_parent()])
             )
-            daemonset = driver_daemonset(ops, target, upgrade, validated_files, opts_)
+            daemonset = driver_daemonset(ops, target, upgrade, validated_files, opts_, settings)
             self.daemonsets[target.daemonset] = daemonset
             if not gates:
                 self.ordering.append(daemonset)

@@ -5,7 +5,8 @@ comes from a ConfigMap the stack renders (the operator's custom-config path, `CO
 profiles the MIG manager would discover on the node at start: every layout a pool names was checked against
 the pool's GPU model at config time (components/catalogs/mig_catalog.py), and that check is only worth something if
 the node applies the same document. Without custom layouts the ConfigMap is `default-mig-parted-config` with
-the operator's built-in layouts; with them it is `gpu-stack-mig-parted-config`, built-ins plus custom.
+the operator's built-in layouts; with them it is `gpu-stack-mig-parted-config`, built-ins plus custom, a per-GPU
+custom layout in mig-parted's own entries (`device-filter`, `devices`, `mig-enabled`, `mig-devices`).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class MigManager(pulumi.ComponentResource):
         name: str,
         *,
         ops: Operands,
-        custom_layouts: Mapping[str, Mapping[str, Mapping[str, int]]],
+        custom_layouts: Mapping[str, Mapping[str, mig_catalog.LayoutValue]],
         with_reboot: bool,
         toolkit_enabled: bool,
         depends_on: Sequence[pulumi.Resource] = (),

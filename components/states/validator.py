@@ -32,6 +32,7 @@ from components.kit.builders import (
     validator_container,
     validator_main,
 )
+from components.kit.operand_overrides import pull_secrets
 from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-operator-validator"
@@ -69,9 +70,13 @@ UNPRIVILEGED_VALIDATIONS_MOUNT = mount("run-nvidia-validations", consts.VALIDATI
 
 def workload_env(ops: Operands) -> list:
     """What cuda/plugin validation need to spawn their vectorAdd pods like the operator would."""
-    extra = [env("VALIDATOR_IMAGE", ops.images.validator), env("VALIDATOR_IMAGE_PULL_POLICY", "IfNotPresent")]
-    if ops.pull_secrets:
-        extra.append(env("VALIDATOR_IMAGE_PULL_SECRETS", ",".join(ops.pull_secrets)))
+    # The workload pods pull the validator image as the validator itself does (`operands.validator`).
+    override = ops.overrides.get("validator")
+    policy = (override.image_pull_policy if override else None) or "IfNotPresent"
+    extra = [env("VALIDATOR_IMAGE", ops.images.validator), env("VALIDATOR_IMAGE_PULL_POLICY", policy)]
+    secrets = pull_secrets(ops.pull_secrets, [override])
+    if secrets:
+        extra.append(env("VALIDATOR_IMAGE_PULL_SECRETS", ",".join(secrets)))
     if ops.runtime_class:
         extra.append(env("VALIDATOR_RUNTIME_CLASS", ops.runtime_class))
     return extra

@@ -6,19 +6,24 @@ and ConfigMaps the ClusterPolicy names (`kubectl get cm -n gpu-operator NAME -o 
 lacks takes the Helm value when values are given and the CRD default otherwise: the two differ (fact sheet §11,
 e.g. `dcgm.enabled`, `mig.strategy`, `driver.upgradePolicy.autoUpgrade`).
 
-Every field of the effective spec ends up in exactly one place: mapped onto a gpu-stack key, equal to what
-gpu-stack renders anyway, without effect in the operator (settings of a component it does not deploy, deprecated
-no-ops), or in the not-carried report with the reason. `import_cluster_policy` is pure; `run` does the files.
+Every field of the effective spec ends up in exactly one place: mapped onto a gpu-stack key (`mapping` holds the
+table), equal to what gpu-stack renders anyway, in the report's without-effect part (settings of a component the
+operator did not deploy, deprecated no-ops), or in the not-carried report with the reason; never dropped without a
+word. A MIG setup the stack would wipe (a pool labelled all-disabled over partitioned nodes) stops the import.
+`import_cluster_policy` is pure; `run` does the files.
 
 The package is split by input: `clusterpolicy` (the object and its effective spec), `helm`, `nodes` (node pools),
-`configmaps`, and per area of the mapping `images`, `driver`, `operands`; `report` holds the not-carried rules,
-`build` the `_Importer` that runs the mapping in stack-file order, `stackfile` the check and the written file.
+`configmaps`, `mig` (mig-parted layouts), and per area of the mapping `images`, `driver`, `operands`, `mapping`
+(the table and the per-operand fields); `report` holds the report rules, `build` the `_Importer` that runs the
+mapping in stack-file order, `stackfile` the check, the written file and its policy-pack config, `tables` the
+generated tables of docs/migration.md.
 This module re-exports what callers use and holds the command line (`run` reads `PROJECT_DIR` from here).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -31,7 +36,7 @@ from gpustack.importer.clusterpolicy import cluster_policy_of
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, read_yaml
 from gpustack.importer.configmaps import configmaps_of
 from gpustack.importer.nodes import INSTANCE_TYPE, model_from_product, nodes_of
-from gpustack.importer.stackfile import stack_yaml, validate
+from gpustack.importer.stackfile import policy_config, stack_yaml, validate
 
 __all__ = [
     "ClusterFacts",
@@ -44,6 +49,7 @@ __all__ = [
     "import_cluster_policy",
     "model_from_product",
     "nodes_of",
+    "policy_config",
     "read_yaml",
     "run",
     "stack_yaml",
@@ -101,6 +107,13 @@ def _output_path(args: argparse.Namespace) -> Path:
     return Path(args.out) if args.out else PROJECT_DIR / "stacks" / f"Pulumi.{args.stack}.yaml"
 
 
+def _policy_path(args: argparse.Namespace, out: Path) -> Path:
+    """policies/config/<stack>.json, where `check --stack` finds it; next to an --out file otherwise."""
+    if args.out:
+        return out.with_name(f"{args.stack}.policy.json")
+    return PROJECT_DIR / "policies" / "config" / f"{args.stack}.json"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         out = _output_path(args)
@@ -132,12 +145,26 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"import: the imported stack does not load, nothing written\n{exc.render()}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    policy = policy_config(cfg)
+    policy_out = _policy_path(args, out)
+    if policy and policy_out.exists() and not args.force:
+        print(f"import: {policy_out} exists; pass --force to overwrite it", file=sys.stderr)
+        return EXIT_BAD_INPUT
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(stack_yaml(result, "python -m gpustack import"))
     print(f"wrote {out}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})")
+    if policy:
+        policy_out.parent.mkdir(parents=True, exist_ok=True)
+        policy_out.write_text(json.dumps(policy, indent=2) + "\n")
+        how = "" if not args.out else f" (pass it to check/render with --policy-config {policy_out})"
+        print(f"wrote {policy_out}: the policy pack settings the imported stack needs{how}")
     print(f"not carried ({len(result.not_carried)}):")
     for item in result.not_carried:
         print(f"  {item.render()}")
+    if result.no_effect:
+        print(f"without effect in the operator ({len(result.no_effect)}):")
+        for item in result.no_effect:
+            print(f"  {item.render()}")
     if result.notes:
         print("notes:")
         for note in result.notes:

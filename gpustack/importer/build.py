@@ -14,16 +14,17 @@ from gpustack.importer.configmaps import ConfigMapsMixin
 from gpustack.importer.driver import DriverMixin
 from gpustack.importer.helm import HelmMixin, deep_merge, helm_values_as_spec
 from gpustack.importer.images import ImagesMixin
+from gpustack.importer.mapping import MappingMixin
 from gpustack.importer.nodes import NodePoolsMixin, _Node
 from gpustack.importer.operands import OperandsMixin
 from gpustack.importer.report import ReportMixin
 
-SECTION_ORDER = ("cluster", "registry", "versions", "driver", "upgrade", "toolkit", "devicePlugin", "validator",
-                 "validation", "nfd", "nodeAgent", "daemonsets", "dcgmExporter", "migManager", "monitoring",
+SECTION_ORDER = ("cluster", "registry", "versions", "hostPaths", "driver", "upgrade", "toolkit", "devicePlugin", "validator",
+                 "validation", "nfd", "nodeAgent", "daemonsets", "operands", "dcgmExporter", "migManager", "monitoring",
                  "components", "sandboxWorkloads", "vgpu", "gpudirect", "migLayouts", "nodePools")
 
 
-class _Importer(ImagesMixin, DriverMixin, OperandsMixin, HelmMixin, NodePoolsMixin, ConfigMapsMixin, ReportMixin):
+class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin, NodePoolsMixin, ConfigMapsMixin, ReportMixin):
     def __init__(self, policy: dict, facts: ClusterFacts, helm_values: Optional[dict], nodes: Optional[list[_Node]],
                  configmaps: Mapping[str, Mapping[str, str]]):
         self.policy = policy
@@ -36,12 +37,13 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, HelmMixin, NodePoolsMix
         _validate_spec(self.spec)
         self.config: dict[str, Any] = {}
         self.not_carried: list[NotCarried] = []
+        self.no_effect: list[NotCarried] = []
         self.notes: list[str] = []
         self.origins: dict[str, str] = {}
         self.used_configmaps: set[str] = set()
         self.used_plugin_keys: set[str] = set()
         self.used_mig_layouts: set[str] = set()
-        self.mig_layouts: dict[str, dict[str, int]] = {}
+        self.mig_layouts: dict[str, Any] = {}  # name -> {profile: count} or the per-GPU entry list
 
     # -- output helpers
 
@@ -87,6 +89,8 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, HelmMixin, NodePoolsMix
         self._sandbox()
         self._gpudirect()
         self._operator_driver_names()
+        self._direct()
+        self._operand_fields()
         self.put("nodePools", self.pools, origin="--nodes" if self.nodes is not None else "--gpu-model/--os")
         self._no_effect()
         self._unread_configmaps()
@@ -94,7 +98,8 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, HelmMixin, NodePoolsMix
         ordered = {f"{NAMESPACE}:{k}": self.config[f"{NAMESPACE}:{k}"] for k in SECTION_ORDER if f"{NAMESPACE}:{k}" in self.config}
         name = (self.policy.get("metadata") or {}).get("name") or "cluster-policy"
         not_carried = sorted(self.not_carried, key=lambda item: item.path)
-        return ImportResult(ordered, not_carried, self.notes, self.origins, source=str(name))
+        no_effect = sorted(self.no_effect, key=lambda item: item.path)
+        return ImportResult(ordered, not_carried, self.notes, self.origins, source=str(name), no_effect=no_effect)
 
     def _cluster(self) -> None:
         facts = self.facts

@@ -3,7 +3,7 @@ with the CRD defaults, the allowed values, and which fields a mapping has read."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from components.catalogs import consts
 from gpustack.importer.common import ImportInputError, objects_of
@@ -88,11 +88,14 @@ def cluster_policy_of(document: Any, path: str) -> dict:
 
 
 class _Spec:
-    """The effective spec, remembering which fields a mapping read (or declared without effect)."""
+    """The effective spec, remembering which fields a mapping carried or compared (`used`), and which subtrees had
+    no effect in the operator (`moot`, with the reason): those are listed in the report's without-effect part,
+    never dropped silently."""
 
     def __init__(self, data: dict[str, Any]):
         self.data = data
         self.used: set[str] = set()
+        self.moot: dict[str, str] = {}
 
     def raw(self, path: str) -> Any:
         node: Any = self.data
@@ -104,6 +107,10 @@ class _Spec:
 
     def get(self, path: str, default: Any = None) -> Any:
         self.used.add("spec." + path)
+        return self.peek(path, default)
+
+    def peek(self, path: str, default: Any = None) -> Any:
+        """The value with the CRD default, without marking it read: for a field that may turn out to be moot."""
         value = self.raw(path)
         if value is None or (value == "" and path in ENUMS and "" not in ENUMS[path]):
             return CRD_DEFAULTS.get(path, default)
@@ -127,8 +134,21 @@ class _Spec:
     def use_env(self, path: str, name: str) -> None:
         self.used.add(f"spec.{path}[{name}]")
 
+    def without_effect(self, path: str, reason: str) -> None:
+        """Declare a subtree the operator did not act on (a component it did not deploy, a deprecated no-op)."""
+        self.moot.setdefault("spec." + path, reason)
+
     def is_used(self, path: str) -> bool:
-        return any(path == u or path.startswith(u + ".") or path.startswith(u + "[") for u in self.used)
+        return any(_under(path, u) for u in self.used)
+
+    def moot_of(self, path: str) -> Optional[str]:
+        """The outermost without-effect subtree holding `path`, if any."""
+        found = [m for m in self.moot if _under(path, m)]
+        return min(found, key=len) if found else None
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
 
 
 def _validate_spec(spec: _Spec) -> None:

@@ -4,7 +4,7 @@ the small value conversions the operator's own parsers imply."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -61,6 +61,8 @@ class ImportResult:
     # gpu-stack key -> the input it came from, to name the source when load_config refuses a value.
     origins: dict[str, str]
     source: str = "cluster-policy"
+    # Fields without effect in the operator (a component it did not deploy, a deprecated no-op), by path.
+    no_effect: list[NotCarried] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         return {"config": self.config}

@@ -12,6 +12,7 @@ from components.catalogs import consts
 from components.catalogs import dcgm_metrics
 from components.catalogs import mig_catalog
 from gpustack.importer.common import ImportInputError, objects_of
+from gpustack.importer.mig import layout_from_mig_parted
 from gpustack.importer.nodes import _Group
 
 
@@ -70,8 +71,11 @@ class ConfigMapsMixin:
 
     def _plugin_config(self, key: Optional[str], where: str) -> Optional[dict]:
         name = self.spec.get("devicePlugin.config.name")
+        if not name:
+            self.spec.without_effect("devicePlugin.config.default", "no devicePlugin.config.name: there is no config to select")
+            return None
         self.spec.use("devicePlugin.config.default")
-        if not name or not key:
+        if not key:
             return None
         data = self.configmaps.get(name)
         if data is None:
@@ -93,7 +97,7 @@ class ConfigMapsMixin:
 
     def _sharing(self, model: str, mig_label: Optional[str], plugin_label: Optional[str], group: _Group) -> Optional[dict]:
         where = f"nodes {', '.join(n.name for n in group.nodes)}" if group.nodes else "the default config"
-        key = plugin_label or self.spec.get("devicePlugin.config.default") or None
+        key = plugin_label or self.spec.peek("devicePlugin.config.default") or None
         document = self._plugin_config(key, where)
         cm = self.spec.get("devicePlugin.config.name")
         flags = (document or {}).get("flags") or {}
@@ -110,19 +114,31 @@ class ConfigMapsMixin:
             label_path = f"node:{group.nodes[0].name}/{consts.MIG_CONFIG}"
             if not model_info.mig_capable:
                 self.report(label_path, mig_label, f"the {model} has no MIG; gpu-stack writes no nvidia.com/mig.config on its nodes")
-            elif mig_strategy == "none":
-                self.report(label_path, mig_label,
-                            "the MIG strategy is none, so the device plugin exposed these GPUs whole; gpu-stack's MIG pools "
-                            "use single or mixed, and labels the pool's nodes all-disabled instead")
-            else:
-                if shared:
-                    self.report(f"configmap:{cm}/{key}.sharing", shared,
-                                "gpu-stack does not combine MIG with time-slicing or MPS on one pool; the pool keeps its MIG layout")
-                layout = self._mig_layout(model, mig_label, label_path)
-                if layout is not None:
-                    return {"strategy": f"mig-{mig_strategy}", "migLayout": layout}
-            return None
+                return shared
+            nodes = ", ".join(n.name for n in group.nodes)
+            if mig_strategy == "none":
+                raise ImportInputError(
+                    f"--nodes: {nodes} run MIG layout {mig_label} ({consts.MIG_CONFIG}) with mig.strategy none; gpu-stack's "
+                    "MIG pools use single or mixed and would label these nodes all-disabled, which wipes their MIG "
+                    "partitions. Set the ClusterPolicy's mig.strategy (or the device-plugin config's migStrategy) to the "
+                    "strategy the workloads use, or relabel the nodes all-disabled first, and import again")
+            if shared:
+                self.report(f"configmap:{cm}/{key}.sharing", shared,
+                            "gpu-stack does not combine MIG with time-slicing or MPS on one pool; the pool keeps its MIG layout")
+            layout = self._mig_layout(model, mig_label, nodes)
+            return {"strategy": f"mig-{mig_strategy}", "migLayout": layout}
+        if group.nodes and not mig_label and model_info.mig_capable and self._labels_mig():
+            if self.spec.get("migManager.config.default") == "":
+                nodes = ", ".join(n.name for n in group.nodes)
+                raise ImportInputError(
+                    f"--nodes: {nodes} have no {consts.MIG_CONFIG} label and migManager.config.default is empty, so the "
+                    "operator left their MIG mode as it was; gpu-stack labels such nodes all-disabled, which would wipe "
+                    "any MIG partitions on them. Label them with the layout they run (or all-disabled) and import again")
         return shared
+
+    def _labels_mig(self) -> bool:
+        """Whether gpu-stack's MIG manager acts on the MIG label of MIG-capable nodes (it is deployed)."""
+        return bool(self.spec.get("migManager.enabled"))
 
     def _time_sharing(self, document: dict, where: str) -> Optional[dict]:
         sharing = document.get("sharing") or {}
@@ -149,29 +165,30 @@ class ConfigMapsMixin:
                 self.report(f"{where}.sharing.{kind}", block, "the device plugin uses MPS when both are set; so does gpu-stack")
         return chosen
 
-    def _mig_layout(self, model: str, name: str, where: str) -> Optional[str]:
+    def _mig_layout(self, model: str, name: str, nodes: str) -> str:
+        """The layout a node label names, as a gpu-stack layout name (custom ones into migLayouts). A layout that
+        cannot be carried stops the import: a pool without it would label its nodes all-disabled and wipe them."""
+        where = f"--nodes: {nodes} run MIG layout {name}"
         custom_name = self.spec.get("migManager.config.name")
         builtin = mig_catalog.builtin_layouts(model)
         if not custom_name:
             if name in builtin:
                 return name
-            self.report(where, name, f"no built-in MIG layout of that name fits the {model} (the operator's MIG manager "
-                                     "generated it from the hardware); pick one of gpu-stack's and set sharing.migLayout")
-            return None
+            raise ImportInputError(f"{where}, which no built-in layout of the {model} is (the operator's MIG manager "
+                                   "generated it from the hardware); write it into a mig-parted ConfigMap, set "
+                                   "migManager.config.name, and import with --configmap")
         data = self.configmaps.get(custom_name)
         if data is None:
             if name in builtin:
                 self.notes.append(f"MIG layout {name}: assumed to be the built-in one (ConfigMap {custom_name} was not given)")
                 return name
-            self.report(where, name, f"defined in ConfigMap {custom_name}, which was not given; pass it with --configmap")
-            return None
+            raise ImportInputError(f"{where}, defined in ConfigMap {custom_name}, which was not given; pass it with --configmap")
         self.used_configmaps.add(custom_name)
         configs = self._mig_configs(custom_name, data)
         self.used_mig_layouts.add(name)
         entries = configs.get(name)
-        if entries is None:
-            self.report(where, name, f"ConfigMap {custom_name} has no mig-configs entry {name}")
-            return None
+        if not isinstance(entries, list) or not entries:
+            raise ImportInputError(f"{where}, which ConfigMap {custom_name} has no mig-configs entry for")
         filters = {f.upper() for f in mig_catalog.device_filter(model)}
 
         def applies(entry: dict) -> bool:
@@ -182,26 +199,35 @@ class ConfigMapsMixin:
             return any(str(w).upper() in filters for w in wanted)
 
         applicable = [e for e in entries if isinstance(e, dict) and applies(e)]
-        if len(applicable) != 1 or applicable[0].get("devices") != "all":
-            self.report(where, name, f"the layout's entries for the {model} are not one `devices: all` entry; gpu-stack "
-                                     "layouts give every GPU of a node the same MIG devices")
-            return None
-        entry = applicable[0]
-        devices = {str(k): v for k, v in (entry.get("mig-devices") or {}).items()} if entry.get("mig-enabled") else {}
-        if name in builtin and builtin[name].devices == devices:
+        if not applicable:
+            raise ImportInputError(f"{where}: its entries in ConfigMap {custom_name} apply to no {model} (device-filter)")
+        layout = self._carried_layout(applicable, f"configmap:{custom_name}/config.yaml", name)
+        if isinstance(layout, dict) and name in builtin and builtin[name].devices == layout:
             return name
-        if not devices:
-            self.report(where, name, "enables no MIG devices; gpu-stack labels such pools all-disabled")
-            return None
-        if name.startswith("all-"):
-            self.report(where, name, "redefines a built-in layout name; gpu-stack's custom layouts may not start with all-")
-            return None
+        has_devices = bool(layout) if isinstance(layout, dict) else any(e.get("migDevices") for e in layout)
+        if name.startswith("all-") or name in builtin:
+            raise ImportInputError(
+                f"{where}: ConfigMap {custom_name} redefines that built-in name, which gpu-stack keeps for its own "
+                "layouts (a pool naming it would get gpu-stack's devices, not these). Rename the layout in the "
+                "ConfigMap and relabel the nodes with the new name, then import again")
+        if not has_devices:
+            raise ImportInputError(f"{where}: it creates no MIG devices, and a gpu-stack pool without MIG devices is "
+                                   "labelled all-disabled; relabel the nodes all-disabled first if that is what they run")
         known = self.mig_layouts.get(name)
-        if known is not None and known != devices:
-            self.report(where, name, f"gives the {model} other devices than another model; gpu-stack layouts are per name")
-            return None
-        self.mig_layouts[name] = devices
+        if known is not None and known != layout:
+            raise ImportInputError(f"{where}: it gives the {model} other devices than another model's nodes under the "
+                                   "same name; gpu-stack layouts are per name, so split it into one layout per model")
+        self.mig_layouts[name] = layout
         return name
+
+    @staticmethod
+    def _carried_layout(entries: list[dict], where: str, name: str) -> Any:
+        """mig-parted entries as a migLayouts value: {profile: count} when every GPU gets the same devices, else the
+        per-GPU list (gpustack.importer.mig)."""
+        layout, why = layout_from_mig_parted(entries)
+        if layout is None:
+            raise ImportInputError(f"{where}: layout {name} cannot be carried: {why}")
+        return layout
 
     def _mig_configs(self, name: str, data: Mapping[str, str]) -> dict:
         if "config.yaml" not in data:

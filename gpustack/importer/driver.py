@@ -7,6 +7,8 @@ import re
 from typing import Any, Mapping
 
 from components.config import NAMESPACE, node_images
+from components.config.cluster import _SEMVER_TAG
+from components.config.upgrade import WAIT_FOR_COMPLETION_AGENT
 from components.kit import naming
 from components.kit.driver_targets import sanitize_kernel
 from gpustack.importer.common import ImportInputError, _show, int_or_percent, truthy
@@ -19,6 +21,9 @@ DRIVER_MANAGER_ENV_DEFAULTS = {  # the state-driver asset's values (fact sheet Â
     "DRAIN_TIMEOUT_SECONDS": "0s",
     "DRAIN_DELETE_EMPTYDIR_DATA": "false",
 }
+
+# gpu-stack's driver startup probe when driver.startupProbe is unset (the asset's; 5 s initial delay when precompiled).
+PROBE_DEFAULTS = {"initialDelaySeconds": 60, "periodSeconds": 10, "timeoutSeconds": 60, "failureThreshold": 120}
 
 
 class DriverMixin:
@@ -67,7 +72,8 @@ class DriverMixin:
             self.put("driver.mode", "host", origin="spec.driver.enabled")
         if mode == "host" or "container" not in self.workloads:
             # No driver DaemonSet: the operator did not use the rest of the section either.
-            s.use("driver")
+            s.without_effect("driver", "driver.enabled is false: the operator deployed no driver" if mode == "host"
+                             else "no imported pool runs container workloads, so no driver DaemonSet")
             return
         self.put("driver.mode", mode, origin="spec.driver.usePrecompiled" if mode == "precompiled" else "spec.driver.enabled")
         self.put("driver.kernelModuleType", s.get("driver.kernelModuleType"), origin="spec.driver.kernelModuleType")
@@ -80,20 +86,19 @@ class DriverMixin:
         self._driver_probe()
 
     def _driver_probe(self) -> None:
+        """driver.startupProbe: the fields that differ from what gpu-stack renders unset (driver.startupProbe.*)."""
         s = self.spec
-        probe = s.raw("driver.startupProbe")
-        if not isinstance(probe, dict):
-            return
-        gpu_stack = {"initialDelaySeconds": 5 if self.driver_mode == "precompiled" else 60, "periodSeconds": 10,
-                     "timeoutSeconds": 60, "failureThreshold": 120, "successThreshold": 1}
-        for key, value in probe.items():
-            if gpu_stack.get(key) == value:
-                s.use(f"driver.startupProbe.{key}")
+        ours = {**PROBE_DEFAULTS, "initialDelaySeconds": 5 if self.driver_mode == "precompiled" else 60}
+        for key, default in ours.items():
+            value = s.get(f"driver.startupProbe.{key}")
+            if value is not None and value != default:
+                self.put(f"driver.startupProbe.{key}", value, origin=f"spec.driver.startupProbe.{key}")
 
     def _upgrade(self) -> None:
         s = self.spec
         if self.driver_mode == "host" or "container" not in self.workloads:
-            s.use("driver.upgradePolicy", "driver.manager.env")
+            for path in ("driver.upgradePolicy", "driver.manager"):
+                s.without_effect(path, "no driver DaemonSet, so no driver upgrade")
             return
         policy = s.raw("driver.upgradePolicy")
         auto = isinstance(policy, dict) and bool(s.get("driver.upgradePolicy.autoUpgrade"))
@@ -105,22 +110,31 @@ class DriverMixin:
             auto = False
         if not auto:
             # The Helm chart: with autoUpgrade false "all other options are ignored"; the driver manager's env rules.
-            s.use("driver.upgradePolicy")
+            s.use("driver.upgradePolicy.autoUpgrade")
+            s.without_effect("driver.upgradePolicy", "autoUpgrade is false: the operator ignores the rest of the upgrade "
+                                                     "policy (k8s-driver-manager's env governs a driver update)")
             self.put("upgrade.strategy", "manual", origin="spec.driver.upgradePolicy.autoUpgrade")
             self._manager_env(manager_env, superseded=False)
             return
         self.put("upgrade.strategy", "rolling", origin="spec.driver.upgradePolicy.autoUpgrade")
         parallel = s.get("driver.upgradePolicy.maxParallelUpgrades")
-        unavailable = str(s.get("driver.upgradePolicy.maxUnavailable"))
+        unavailable = str(s.peek("driver.upgradePolicy.maxUnavailable"))
         if parallel == 0:
+            s.use("driver.upgradePolicy.maxUnavailable")
             value: Any = int_or_percent(unavailable)
         elif unavailable.endswith("%"):
             value = parallel
-            if parallel > 1:
+            if parallel == 1:
+                # The operator rounds a percentage of the GPU nodes up, so one node at a time stays one.
+                s.without_effect("driver.upgradePolicy.maxUnavailable", "a percentage never bounds maxParallelUpgrades 1 "
+                                                                        "further (the operator rounds it up)")
+            else:
+                s.use("driver.upgradePolicy.maxUnavailable")
                 self.report("spec.driver.upgradePolicy.maxUnavailable", unavailable,
                             f"gpu-stack bounds a rolling driver update by one number; it takes maxParallelUpgrades "
                             f"({parallel}), which the operator further capped at {unavailable} of the GPU nodes")
         else:
+            s.use("driver.upgradePolicy.maxUnavailable")
             value = min(parallel, int(unavailable))
         self.put("upgrade.maxUnavailable", value, origin="spec.driver.upgradePolicy.maxParallelUpgrades")
         self.report("spec.driver.upgradePolicy.autoUpgrade", True,
@@ -131,20 +145,34 @@ class DriverMixin:
         self.report("spec.driver.upgradePolicy.maxParallelUpgrades", parallel,
                     f"semantics differ: imported as upgrade.maxUnavailable {value}, the DaemonSet's bound on driver pods "
                     "being replaced at once; the operator counted nodes in its upgrade state machine, cordoned ones included")
+        wait = {}
         selector = s.get("driver.upgradePolicy.waitForCompletion.podSelector")
-        s.use("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
+        timeout = s.raw("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
+        if not timeout or selector:
+            s.use("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
         if selector:
-            self.report("spec.driver.upgradePolicy.waitForCompletion.podSelector", selector,
-                        "gpu-stack's driver manager does not wait for jobs to complete before it evicts GPU pods")
+            wait["podSelector"] = selector
+            # 0, the default, waits without a limit; it means something only with a selector to wait for.
+            if timeout:
+                wait["timeoutSeconds"] = timeout
+        elif timeout:
+            s.without_effect("driver.upgradePolicy.waitForCompletion.timeoutSeconds",
+                             "no waitForCompletion.podSelector: the upgrade controller waits for nothing")
+        if wait:
+            self._wait_for_completion(wait)
         deletion = s.raw("driver.upgradePolicy.podDeletion")
         self.put("upgrade.gpuPodEviction", isinstance(deletion, dict), origin="spec.driver.upgradePolicy.podDeletion")
         drain_on = s.get("driver.upgradePolicy.drain.enable")
         drain = {"enabled": drain_on}
         pairs = (("force", "force"), ("timeoutSeconds", "timeoutSeconds"), ("deleteEmptyDir", "deleteEmptyDirData"))
+        if not drain_on and isinstance(deletion, dict):
+            s.without_effect("driver.upgradePolicy.drain", "drain.enable is false: the upgrade controller drains nothing "
+                                                           "(podDeletion's settings govern the GPU pod eviction)")
         for key, ours in pairs:
-            drain_value = s.get(f"driver.upgradePolicy.drain.{key}")
+            drain_value = s.peek(f"driver.upgradePolicy.drain.{key}")
             deletion_value = s.get(f"driver.upgradePolicy.podDeletion.{key}") if isinstance(deletion, dict) else None
             if drain_on or deletion_value is None:
+                s.use(f"driver.upgradePolicy.drain.{key}")
                 drain[ours] = drain_value
                 if deletion_value is not None and deletion_value != drain_value:
                     self.report(f"spec.driver.upgradePolicy.podDeletion.{key}", deletion_value,
@@ -153,11 +181,28 @@ class DriverMixin:
             else:
                 # Without a drain these settings only govern the GPU pod eviction, which is what podDeletion set.
                 drain[ours] = deletion_value
-        selector = s.get("driver.upgradePolicy.drain.podSelector")
+        selector = s.peek("driver.upgradePolicy.drain.podSelector")
+        if not drain_on:
+            s.without_effect("driver.upgradePolicy.drain.podSelector", "drain.enable is false: the upgrade controller drains nothing")
         if drain_on and selector:
+            s.use("driver.upgradePolicy.drain.podSelector")
             drain["podSelector"] = selector
         self.put("upgrade.drain", drain, origin="spec.driver.upgradePolicy.drain")
         self._manager_env(manager_env, superseded=True)
+
+    def _wait_for_completion(self, wait: dict[str, Any]) -> None:
+        """upgrade.waitForCompletion runs as a node agent subcommand: carried when --node-agent-image has it."""
+        image = self.facts.node_agent_image
+        found = None if "@" in image else _SEMVER_TAG.fullmatch(image.rpartition(":")[2])
+        if found and tuple(int(part) for part in found.groups()) < WAIT_FOR_COMPLETION_AGENT:
+            minimum = ".".join(map(str, WAIT_FOR_COMPLETION_AGENT))
+            for key, value in wait.items():
+                self.report(f"spec.driver.upgradePolicy.waitForCompletion.{key}", value,
+                            f"gpu-stack waits for these pods with the node agent's wait-for-completion step, which "
+                            f"--node-agent-image {found.group(0)} lacks: import with node agent {minimum} or later to "
+                            "carry it as upgrade.waitForCompletion")
+            return
+        self.put("upgrade.waitForCompletion", wait, origin="spec.driver.upgradePolicy.waitForCompletion")
 
     def _manager_env(self, env: Mapping[str, Any], *, superseded: bool) -> None:
         s = self.spec

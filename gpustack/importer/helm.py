@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from gpustack.importer.common import NotCarried
+
 # Helm values that configure the chart itself or the operator Deployment, not the ClusterPolicy.
 HELM_ONLY = ("platform", "nfd", "clusterPolicy", "gpuCluster", "draDriver", "extraObjects", "node-feature-discovery",
              "nameOverride", "fullnameOverride")
@@ -64,5 +66,17 @@ class HelmMixin:
                         "gpu-stack renders the nvidia-kernel-modules NodeFeatureRule only with GPUDirect on")
         if (self.helm.get("platform") or {}).get("openshift"):
             self.report("helm:platform.openshift", True, "gpu-stack does not target OpenShift")
+        gates = (self.helm.get("draDriver") or {}).get("featureGates")
         if (self.helm.get("gpuCluster") or {}).get("deployCR"):
-            self.report("helm:gpuCluster.deployCR", True, "the chart deploys a GPUCluster (DRA) object, which this importer does not read")
+            self.report("helm:gpuCluster.deployCR", True, "the chart deploys a GPUCluster (DRA) object, which this importer "
+                                                          "does not read: set nodePools[].allocation dra by hand")
+            if gates:
+                # gpu-stack takes DRA settings only with DRA pools, which the import does not set up.
+                self.report("helm:draDriver.featureGates", gates, "the DRA driver's feature gates: set gpu-stack:dra.featureGates "
+                                                                  "(1:1) together with the pools' allocation: dra")
+        elif gates:
+            self.no_effect.append(NotCarried("helm:draDriver.featureGates", gates,
+                                             "gpuCluster.deployCR is false: the chart deployed no DRA driver"))
+        if self.helm.get("extraObjects"):
+            self.report("helm:extraObjects", len(self.helm["extraObjects"]),
+                        "objects the chart created besides the operator's; gpu-stack renders none of them: keep them outside the stack")

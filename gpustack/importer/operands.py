@@ -18,7 +18,7 @@ class OperandsMixin:
         # CDI also decides the device plugin's device-list strategy, toolkit or not.
         self.put("toolkit.cdi", bool(s.get("cdi.enabled")), origin="spec.cdi.enabled")
         if not s.get("toolkit.enabled"):
-            s.use("toolkit")
+            s.without_effect("toolkit", "toolkit.enabled is false: the operator deployed no toolkit")
             return
         install_dir = s.get("toolkit.installDir")
         if install_dir != CRD_DEFAULTS["toolkit.installDir"]:
@@ -46,7 +46,7 @@ class OperandsMixin:
         s = self.spec
         self.put("devicePlugin.migStrategy", self.mig_strategy, origin="spec.mig.strategy")
         if not s.get("devicePlugin.enabled"):
-            s.use("devicePlugin")
+            s.without_effect("devicePlugin", "devicePlugin.enabled is false: the operator deployed no device plugin")
 
     def _validator(self) -> None:
         s = self.spec
@@ -97,7 +97,7 @@ class OperandsMixin:
     def _monitoring(self) -> None:
         s = self.spec
         if not s.get("dcgmExporter.enabled"):
-            s.use("dcgmExporter")
+            s.without_effect("dcgmExporter", "dcgmExporter.enabled is false: the operator deployed no DCGM exporter")
             return
         policy = s.get("dcgmExporter.service.internalTrafficPolicy")
         if policy:
@@ -118,7 +118,7 @@ class OperandsMixin:
                               "skipped the ServiceMonitor when the CRD was missing, gpu-stack renders it, and adds its "
                               "PrometheusRule alerts; set monitoring.alerts.enabled false to leave them out")
         else:
-            s.use("dcgmExporter.serviceMonitor")
+            s.without_effect("dcgmExporter.serviceMonitor", "serviceMonitor.enabled is false: the operator created no ServiceMonitor")
         name = s.get("dcgmExporter.config.name")
         if name:
             self._dcgm_metrics(name)
@@ -129,31 +129,27 @@ class OperandsMixin:
                           ("dcgmExporter", "dcgmExporter.enabled"), ("gfd", "gfd.enabled"), ("migManager", "migManager.enabled"),
                           ("nodeStatusExporter", "nodeStatusExporter.enabled")):
             self.put(f"components.{key}", bool(s.get(path)), origin=f"spec.{path}")
-        if not self.spec.get("psa.enabled"):
-            self.notes.append("psa.enabled is false, but gpu-stack labels its namespace pod-security privileged regardless")
-        s.use("psa.enabled")
         for section in ("dcgm", "gfd", "nodeStatusExporter"):
             if not s.get(f"{section}.enabled"):
-                s.use(section)
+                s.without_effect(section, f"{section}.enabled is false: the operator did not deploy it")
         if s.get("migManager.enabled"):
             env = s.env("migManager.env")
             if "WITH_REBOOT" in env:
                 s.use_env("migManager.env", "WITH_REBOOT")
                 self.put("migManager.withReboot", truthy(str(env["WITH_REBOOT"])), origin="spec.migManager.env[WITH_REBOOT]")
-            default = s.get("migManager.config.default")
-            if default == "":
-                self.report("spec.migManager.config.default", "",
-                            "gpu-stack labels MIG-capable nodes of pools without a layout nvidia.com/mig.config=all-disabled; "
-                            "with an empty default the operator left the label alone")
+            # Read by the node pools: an empty default (the operator left unlabelled nodes' MIG mode alone) stops the
+            # import where gpu-stack would label a MIG-capable node all-disabled.
+            s.use("migManager.config.default")
         else:
-            s.use("migManager")
+            s.without_effect("migManager", "migManager.enabled is false: the operator deployed no MIG manager")
 
     def _sandbox(self) -> None:
         s = self.spec
         sandbox_sections = ("sandboxWorkloads", "vfioManager", "sandboxDevicePlugin", "kataSandboxDevicePlugin",
                             "vgpuManager", "vgpuDeviceManager", "ccManager")
         if not self.sandbox:
-            s.use(*sandbox_sections)
+            for section in sandbox_sections:
+                s.without_effect(section, "sandboxWorkloads.enabled is false: the operator deployed no VM operands")
             return
         s.use("sandboxWorkloads")
         self.put("sandboxWorkloads.mode", self.sandbox_mode, origin="spec.sandboxWorkloads.mode")
@@ -172,7 +168,7 @@ class OperandsMixin:
         }
         for section, need in needed.items():
             if not need:
-                s.use(section)
+                s.without_effect(section, f"no imported pool has the workload type or sandbox mode that runs {section}")
             elif not s.get(f"{section}.enabled"):
                 self.report(f"spec.{section}.enabled", False,
                             "gpu-stack deploys this component on every node of a pool whose workload type needs it")
@@ -182,7 +178,7 @@ class OperandsMixin:
             if mode:
                 self.put("sandboxWorkloads.ccManager.defaultMode", mode, origin="spec.ccManager.defaultMode")
         else:
-            s.use("ccManager")
+            s.without_effect("ccManager", "the CC manager runs on vm-passthrough pools in kata mode only, and there are none")
         if needed["vgpuManager"]:
             self._vgpu_manager()
         if needed["vgpuDeviceManager"]:
@@ -217,7 +213,7 @@ class OperandsMixin:
         host_mofed = bool(s.get("driver.rdma.useHostMofed")) and rdma
         for section, on in (("gds", gds), ("gdrcopy", gdrcopy)):
             if not on:
-                s.use(section)
+                s.without_effect(section, f"{section}.enabled is false: the operator did not deploy it")
         if not (gds or gdrcopy or rdma):
             return
         self.put("gpudirect", {"gds": gds, "gdrcopy": gdrcopy, "rdma": {"enabled": rdma, "useHostMofed": host_mofed}},

@@ -1,81 +1,82 @@
-"""The not-carried report: which leftover spec fields need no key (equal to what gpu-stack renders, or without
-effect in the operator), and the reason given for each of the others."""
+"""The report: every leaf of the effective spec no mapping carried is listed by its path, either as not carried
+(with the reason) or as without effect in the operator (a component it did not deploy, a deprecated no-op). The
+only fields left out are those whose exact value is what gpu-stack renders anyway (`SAME_AS_GPU_STACK`)."""
 
 from __future__ import annotations
 
 import fnmatch
 from typing import Any, Iterator
 
-from gpustack.importer.images import IMAGE_SECTIONS
+from gpustack.importer.common import NotCarried
 
-# Values equal to what gpu-stack renders anyway: such fields are carried without a key.
+# Exact values gpu-stack renders without a key: such fields are carried as they are. A rule here matches one value,
+# never every value of a field (a field gpu-stack has no key for is reported whatever it holds).
 SAME_AS_GPU_STACK: tuple[tuple[str, Any], ...] = (
-    ("spec.*.imagePullPolicy", "IfNotPresent"),
     ("spec.*.hostNetwork", False),
-    ("spec.hostPaths.rootFS", "/"),
-    ("spec.hostPaths.driverInstallDir", "/run/nvidia/driver"),
-    ("spec.hostPaths.kubeletRootDir", "/var/lib/kubelet"),
+    ("spec.*.driverManager.imagePullPolicy", "IfNotPresent"),
     ("spec.operator.runtimeClass", "nvidia"),
     ("spec.operator.use_ocp_driver_toolkit", False),
     ("spec.devicePlugin.mps.root", "/run/nvidia/mps"),
     ("spec.cdi.nriPluginEnabled", False),
-    ("spec.dcgmExporter.hostPID", False),
-    ("spec.dcgmExporter.enablePodLabels", False),
-    ("spec.dcgmExporter.enablePodUID", False),
-    ("spec.dcgmExporter.hpcJobMapping.enabled", False),
     ("spec.dcgmExporter.serviceMonitor.honorLabels", False),
     ("spec.dcgmExporter.service.type", "ClusterIP"),
     ("spec.toolkit.env[CONTAINERD_RUNTIME_CLASS]", "nvidia"),
-    ("spec.driver.licensingConfig.nlsEnabled", True),
-    ("spec.driver.licensingConfig.nlsEnabled", False),
+    ("spec.psa.enabled", True),
+    ("spec.driver.startupProbe.successThreshold", 1),
 )
-# Deprecated no-ops in the operator, or components it never deploys: nothing to carry.
-NO_EFFECT = ("spec.cdi.default", "spec.psp", "spec.operator.defaultRuntime", "spec.operator.initContainer",
-             "spec.driver.useOpenKernelModules", "spec.kataManager", "spec.dcgm.hostPort")
+# Fields the operator ignores: reported as without effect when they hold anything.
+DEPRECATED: tuple[tuple[str, str], ...] = (
+    ("cdi.default", "deprecated no-op in the operator (CDI is on with cdi.enabled)"),
+    ("psp", "PodSecurityPolicies: deprecated, the operator ignores them"),
+    ("operator.defaultRuntime", "deprecated, the operator detects the runtime from the nodes"),
+    ("driver.useOpenKernelModules", "deprecated no-op in the operator (driver.kernelModuleType replaced it)"),
+    ("kataManager", "deprecated: the operator never deploys the Kata manager"),
+    ("dcgm.hostPort", "deprecated, the operator ignores it"),
+)
 
 REASONS: tuple[tuple[str, str], ...] = (
-    ("spec.hostPaths.*", "gpu-stack mounts the operator's default host paths (/, /run/nvidia/driver, /var/lib/kubelet) and has no key for another"),
+    ("spec.operator.initContainer*", "deprecated in the operator (the validator's CUDA base image); gpu-stack runs the CUDA "
+                                     "validation workload from the validator image and has no key for another"),
     ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: gpu-stack does not target OpenShift"),
     ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
-    ("spec.driver.licensingConfig*", "vGPU guest licensing: gpu-stack mounts no licensing Secret or ConfigMap into the driver container"),
-    ("spec.driver.repoConfig*", "gpu-stack mounts no package-repository ConfigMap into the driver container"),
-    ("spec.driver.certConfig*", "gpu-stack mounts no certificate ConfigMap into the driver container"),
-    ("spec.driver.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the driver container"),
-    ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
     ("spec.driver.virtualTopology*", "gpu-stack has no key for the vGPU topology daemon config"),
-    ("spec.driver.secretEnv", "gpu-stack injects no Secret as environment into the driver container"),
-    ("spec.driver.*Probe*", "gpu-stack renders its own driver probes: startup 60/10/60/120 (5 s initial delay when precompiled), readiness on the node's validation files"),
-    ("spec.*.resources*", "gpu-stack has no key for operand resources; it renders the resources of NVIDIA's asset"),
-    ("spec.*.args", "gpu-stack has no key for extra container arguments"),
-    ("spec.*.imagePullPolicy", "gpu-stack renders imagePullPolicy IfNotPresent for every operand and has no key to change it"),
-    ("spec.*.hostNetwork", "gpu-stack has no hostNetwork switch for this operand"),
+    ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
+    ("spec.driver.livenessProbe*", "gpu-stack renders no liveness probe for the driver (driver.startupProbe and readinessProbe it has)"),
+    ("spec.driver.*Probe*", "gpu-stack's driver probe keys are initialDelaySeconds, periodSeconds, timeoutSeconds, failureThreshold (and successThreshold for readiness)"),
+    ("spec.validator.*.env[*]", "the validator's per-check env: gpu-stack exposes WITH_WORKLOAD (validator.pluginWorkload) only"),
+    ("spec.*.driverManager.*", "the k8s-driver-manager init container of the VFIO/vGPU manager: gpu-stack has no per-operand key for it"),
+    ("spec.*.hostNetwork", "gpu-stack has a hostNetwork key for the driver and the DCGM exporter only"),
     ("spec.daemonsets.podSecurityContext*", "gpu-stack has no key for a pod security context; each operand keeps its asset's"),
     ("spec.daemonsets.labels.*", "set by the operator's Helm chart to mark the operands it manages; gpu-stack's objects are not the chart's"),
     ("spec.daemonsets.tolerations*", "gpu-stack tolerations take key, operator, value and effect only"),
     ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout and additionalLabels only"),
     ("spec.dcgmExporter.service.type", "gpu-stack renders the DCGM exporter Service as ClusterIP"),
-    ("spec.dcgmExporter.*", "gpu-stack's DCGM exporter has no key for this (it exports no pod labels/UIDs, no HPC job mapping, runs without hostPID)"),
     ("spec.migManager.gpuClientsConfig*", "gpu-stack mounts NVIDIA's default-gpu-clients ConfigMap and has no key for another"),
     ("spec.vgpuDeviceManager.config.name", "a custom vGPU devices ConfigMap is not read; gpu-stack renders default-vgpu-devices-config"),
+    ("spec.psa.enabled", "gpu-stack labels its namespace pod-security privileged whatever this says"),
     ("spec.cdi.nriPluginEnabled", "gpu-stack has no NRI plugin mode (fact sheet §8.2): CDI goes through the runtime's config"),
-    ("spec.*.env[*]", "gpu-stack does not expose this variable for this operand"),
+    ("spec.*.env[*]", "gpu-stack owns this variable for this operand (it derives it from its own keys)"),
 )
 
 
 def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict):
+    if isinstance(value, dict) and value:
         for key, inner in value.items():
             yield from _leaves(inner, f"{path}.{key}")
     elif isinstance(value, list) and path.endswith(".env"):
-        for entry in value:
-            if isinstance(entry, dict):
-                yield f"{path}[{entry.get('name')}]", entry.get("value", entry.get("valueFrom", ""))
+        for i, entry in enumerate(value):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            # An env entry is a leaf even when its value is empty: setting a variable to "" is a setting.
+            yield (f"{path}[{name}]", entry.get("value", "")) if name else (f"{path}[{i}]", entry)
     else:
         yield path, value
 
 
-def _empty(value: Any) -> bool:
+def _empty(path: str, value: Any) -> bool:
+    """An unset field: Go's omitempty drops these, so the operator cannot tell them from an absent field."""
+    if path.endswith("]"):
+        return False
     return value is None or value == "" or value == [] or value == {}
 
 
@@ -95,20 +96,33 @@ def _reason(path: str) -> str:
     return "gpu-stack has no key for this field"
 
 
+def _subtree(data: dict, path: str) -> Any:
+    node: Any = data
+    for part in path[len("spec."):].split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
 class ReportMixin:
     """Mixed into build._Importer: the fields no mapping read, reported with their reason."""
 
     def _no_effect(self) -> None:
-        for path in NO_EFFECT:
-            self.spec.use(path[len("spec."):])
-        for section, _, _ in IMAGE_SECTIONS:
-            # Image fields were read (or reported) by _images for every operand gpu-stack renders.
-            for key in ("repository", "image", "version"):
-                self.spec.use(f"{section}.{key}")
-        self.spec.use("vgpuManager.repository", "vgpuManager.image", "vgpuManager.version")
+        for path, reason in DEPRECATED:
+            self.spec.without_effect(path, reason)
 
     def _leftovers(self) -> None:
+        moot_seen: set[str] = set()
         for path, value in _leaves(self.spec.data, "spec"):
-            if _empty(value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
+            if _empty(path, value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
                 continue
-            self.report(path, value, _reason(path))
+            moot = self.spec.moot_of(path)
+            if moot is None:
+                self.report(path, value, _reason(path))
+            elif moot not in moot_seen:
+                # One entry per subtree: a component the operator did not deploy is one line, not one per field.
+                moot_seen.add(moot)
+                subtree = _subtree(self.spec.data, moot)
+                if isinstance(subtree, dict):
+                    # The fields it set, by name: their values had no effect, and a whole section is too long a line.
+                    subtree = [p[len(moot) + 1:] for p, v in _leaves(subtree, moot) if not _empty(p, v)]
+                self.no_effect.append(NotCarried(moot, subtree, self.spec.moot[moot]))

@@ -6,15 +6,20 @@ exactly as the GPU Operator v26.7.0 assets (and its Node Feature Discovery subch
 Appendix C), per workload and per container; everything else in the stack (the node labeller, the validation gates, anything new) gets none of it.
 An allowance applies only in the GPU namespace: the stack's Kubernetes provider namespace (`cluster.namespace`)
 unless `gpuNamespace` is configured. Host paths are matched exactly, so mounting `/` is allowed only where the
-asset mounts `/`; runtime or install paths a stack moves (`toolkit.installDir`, `toolkit.runtimeConfig`, k3s
-sockets) are added per workload with `additionalHostPaths`.
+asset mounts `/`, with one exception: the paths NVIDIA's operator lets a distribution move (hostPaths.rootFS,
+driverInstallDir and kubeletRootDir, the toolkit's install directory and the runtime's config, drop-in and socket,
+the host MOFED sources of `rdma.useHostMofed`) are followed through the volume the asset gives them (`MOVABLE`),
+and only where the pod also tells its containers the moved path the way the operator does (HOST_ROOT,
+DRIVER_INSTALL_DIR, ROOT, RUNTIME_DROP_IN_CONFIG_HOST_PATH, USE_HOST_MOFED, ...), so a half-moved pod is refused.
+The pack reads these from the rendered object: pulumi-policy hands a policy its own config, not the stack's. Any
+other path a stack needs is added per workload with `additionalHostPaths`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -25,6 +30,7 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.facts import consts
 
 NAME = "privileged-only-where-needed"
 HOST_NAMESPACES = ("hostPID", "hostIPC", "hostNetwork")
@@ -53,7 +59,8 @@ DRIVER = _allow(
         "/run/nvidia/validations", "/sys", "/sys/devices/system", "/sys/module/firmware_class/parameters/path",
         "/var/log",
     },
-    {"hostPID"},
+    # hostNetwork only where driver.hostNetwork asks for it: the operator's TransformDriver applies it the same way
+    {"hostPID", "hostNetwork"},
 )
 
 # Workload name (glob) -> allowance. Driver DaemonSets are one per kernel or wave in precompiled and multi-wave
@@ -78,6 +85,8 @@ ALLOWANCES: dict[str, Allowance] = {
         {
             "/", "/run/nvidia/driver", "/run/nvidia/validations", "/var/run/cdi", "/var/lib/kubelet/plugins",
             "/var/lib/kubelet/plugins_registry",
+            # the PassthroughSupport feature gate's vfio-pci binding (GO:manifests/state-dra-driver/0500_daemonset.yaml)
+            "/lib/modules", "/sys", "/proc",
         },
     ),
     # the operator validator's node checks, then an unprivileged claim check
@@ -101,7 +110,20 @@ ALLOWANCES: dict[str, Allowance] = {
         {"hostPID"},
     ),
     "nvidia-dcgm": _allow({VALIDATION_GATE, "nvidia-dcgm-ctr"}, {"/run/nvidia"}),
-    "nvidia-dcgm-exporter": _allow({VALIDATION_GATE, "nvidia-dcgm-exporter"}, {"/run/nvidia", "/var/lib/kubelet/pod-resources"}),
+    # hostPID, hostNetwork and the HPC job-mapping directory (default path; another one goes in additionalHostPaths)
+    # are the exporter's ClusterPolicy options (TransformDCGMExporter)
+    "nvidia-dcgm-exporter": _allow(
+        {VALIDATION_GATE, "nvidia-dcgm-exporter"},
+        {"/run/nvidia", "/var/lib/kubelet/pod-resources", "/var/lib/dcgm-exporter/job-mapping"},
+        {"hostPID", "hostNetwork"},
+    ),
+    # the DRA flavours (GO:manifests/state-dcgm, state-dcgm-exporter): GPUs through an adminAccess claim
+    "nvidia-dcgm-dra": _allow({"nvidia-dcgm-ctr"}, set()),
+    "nvidia-dcgm-exporter-dra": _allow(
+        {"nvidia-dcgm-exporter-dra"},
+        {"/var/lib/kubelet/pod-resources", "/var/lib/dcgm-exporter/job-mapping"},
+        {"hostPID", "hostNetwork"},
+    ),
     "gpu-feature-discovery": _allow(
         {VALIDATION_GATE, "gpu-feature-discovery", "config-manager"},
         {"/etc/kubernetes/node-feature-discovery/features.d", "/run/nvidia", "/sys"},
@@ -152,6 +174,146 @@ ALLOWANCES: dict[str, Allowance] = {
     ),
 }
 NOTHING = _allow(set(), set())
+
+# --- host paths a distribution moves -------------------------------------------------------------------------
+# Each check gets the moved path, the pod spec and its containers, and says what is wrong (None: nothing).
+Check = Callable[[str, Mapping, list], Optional[str]]
+TOOLKIT_CONTAINER = "nvidia-container-toolkit-ctr"  # components/states/toolkit.py
+
+
+def _normalised(path: str) -> bool:
+    return path.startswith("/") and path != "/" and not path.endswith("/") and all(
+        part not in ("", ".", "..") for part in path[1:].split("/")
+    )
+
+
+def _system_dir(path: str) -> Optional[str]:
+    return next((d for d in consts.SYSTEM_DIRS if path == d or path.startswith(d + "/")), None)
+
+
+def _told(containers: list, env: str, path: str, *, only: Iterable[str] = (), skip: Iterable[str] = ()) -> Optional[str]:
+    """None when every container that sets `env` (those named in `only`, when given) sets it to `path`, and one
+    does; else what is wrong."""
+    relevant = [c for c in containers if (not only or c.name in only) and env in c.env and c.env[env] not in skip]
+    wrong = [f"{c.name!r} has {env}={c.env[env]}" for c in relevant if c.env[env] != path]
+    if wrong:
+        return f"but container {', '.join(wrong)}"
+    if not relevant:
+        return f"but no container is told {env}={path}"
+    return None
+
+
+def _host_root(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    system = _system_dir(path)
+    if not _normalised(path) or system:
+        return f"which is {'inside ' + system if system else 'not a normalised absolute path'}"
+    return _told(containers, consts.HOST_ROOT_ENV, path, skip=(consts.HOST_ROOT_MOUNT,))
+
+
+def _dev_char(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    root = _volume_path(spec, consts.HOST_ROOT_VOLUME)
+    if root is None or path != f"{root}{consts.DEV_CHAR}":
+        return f"but it must be <host-root>{consts.DEV_CHAR} (host-root mounts {root or 'nothing'})"
+    return None
+
+
+def _driver_install_dir(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    system = _system_dir(path)
+    if not _normalised(path) or system:
+        return f"which is {'inside ' + system if system else 'not a normalised absolute path'}"
+    if not any(c.name == consts.DRIVER_VALIDATION_CONTAINER for c in containers):
+        return None  # the operand learns the driver root from the driver-ready file the validation writes
+    return _told(containers, consts.DRIVER_INSTALL_DIR_ENV, path, only=(consts.DRIVER_VALIDATION_CONTAINER,))
+
+
+def _kubelet_dir(volume: str) -> Check:
+    subdir = consts.KUBELET_VOLUMES[volume]
+
+    def check(path: str, spec: Mapping, containers: list) -> Optional[str]:
+        root = path[: -len(subdir) - 1] if path.endswith("/" + subdir) else ""
+        system = _system_dir(root)
+        if not _normalised(root) or system:
+            return f"but it must be <kubelet root>/{subdir} outside the system directories"
+        env = consts.KUBELET_PATH_ENV.get(volume)
+        return _told(containers, env, path) if env else None
+
+    return check
+
+
+def _runtime_dir(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    # Where the distribution keeps its container runtime's files (k0s: /etc/k0s/containerd.d, /run/k0s): the
+    # toolkit reads and edits only the file it is told, and /etc is where runtimes keep their config; never a whole
+    # system directory, which the toolkit would get read-write.
+    if not _normalised(path) or path in consts.SYSTEM_DIRS:
+        return "which is not a runtime's own directory (a normalised absolute path below the system directories)"
+    return None
+
+
+def _drop_in_dir(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    # The toolkit writes the drop-in where this env says, on the host: the volume must be that file's directory.
+    env = "RUNTIME_DROP_IN_CONFIG_HOST_PATH"
+    told = [c.env.get(env) for c in containers if c.name == TOOLKIT_CONTAINER]
+    if _runtime_dir(path, spec, containers) or not told or any(f is None or f.rsplit("/", 1)[0] != path for f in told):
+        return f"but the toolkit's {env} is not a file in it ({', '.join(str(f) for f in told) or 'unset'})"
+    return None
+
+
+def _toolkit_install_dir(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    system = _system_dir(path)
+    if not _normalised(path) or system:
+        return f"which is {'inside ' + system if system else 'not a normalised absolute path'}"
+    return _told(containers, "ROOT", path, only=(TOOLKIT_CONTAINER,))
+
+
+def _host_mofed(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    if path != consts.HOST_USR_SRC:
+        return f"but a host MOFED keeps its sources in {consts.HOST_USR_SRC}"
+    if not any(c.env.get(consts.USE_HOST_MOFED_ENV) == "true" for c in containers):
+        return f"but no container is told {consts.USE_HOST_MOFED_ENV}=true (gpudirect.rdma.useHostMofed)"
+    return None
+
+
+@dataclass(frozen=True)
+class Movable:
+    """A volume whose host path a stack may move: followed only on workloads whose allowance has `default`."""
+
+    default: str
+    check: Check
+    key: str  # the stack key that moves it, for messages
+
+
+MOVABLE: dict[str, Movable] = {
+    consts.HOST_ROOT_VOLUME: Movable(consts.DEFAULT_ROOT_FS, _host_root, "hostPaths.rootFS"),
+    consts.HOST_DEV_CHAR_VOLUME: Movable(consts.DEV_CHAR, _dev_char, "hostPaths.rootFS"),
+    consts.DRIVER_INSTALL_DIR_VOLUME: Movable(consts.DRIVER_INSTALL_DIR, _driver_install_dir, "hostPaths.driverInstallDir"),
+    **{
+        volume: Movable(f"{consts.DEFAULT_KUBELET_ROOT_DIR}/{subdir}", _kubelet_dir(volume), "hostPaths.kubeletRootDir")
+        for volume, subdir in consts.KUBELET_VOLUMES.items()
+    },
+    # the toolkit's runtime volumes, `<runtime>-<role>` (components/states/toolkit.py)
+    "containerd-config": Movable("/etc/containerd", _runtime_dir, "toolkit.runtimeConfig"),
+    "containerd-drop-in-config": Movable("/etc/containerd/conf.d", _drop_in_dir, "toolkit.runtimeDropInConfig"),
+    "containerd-socket": Movable("/run/containerd", _runtime_dir, "toolkit.runtimeSocket"),
+    "crio-config": Movable("/etc/crio", _runtime_dir, "toolkit.runtimeConfig"),
+    "crio-drop-in-config": Movable("/etc/crio/crio.conf.d", _drop_in_dir, "toolkit.runtimeDropInConfig"),
+    "toolkit-install-dir": Movable("/usr/local/nvidia", _toolkit_install_dir, "toolkit.installDir"),
+    consts.MOFED_USR_SRC_VOLUME: Movable(consts.MOFED_CONTAINER_USR_SRC, _host_mofed, "gpudirect.rdma.useHostMofed"),
+}
+
+
+def _volume_path(spec: Mapping, name: str) -> Optional[str]:
+    for volume in objects.items(spec.get("volumes")):
+        volume = objects.mapping(volume)
+        if volume.get("name") == name:
+            path = objects.mapping(volume.get("hostPath")).get("path")
+            return str(path) if path is not None else None
+    return None
+
+
+def movable_for(volume: str, allowance: Allowance) -> Optional[Movable]:
+    """The rule for `volume` when this workload's asset has it at NVIDIA's default path, so the stack may move it."""
+    movable = MOVABLE.get(volume)
+    return movable if movable is not None and movable.default in allowance.host_paths else None
 
 CONFIG_SCHEMA = PolicyConfigSchema(
     properties={
@@ -242,8 +404,20 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for volume in objects.items(spec.get("volumes")):
         volume = objects.mapping(volume)
         path = objects.mapping(volume.get("hostPath")).get("path")
-        if path is not None and str(path) not in allowance.host_paths | extra_paths:
-            report(f"{what}: volume {volume.get('name')!r} mounts host path {path}, not granted by {granted_by}; {fix}")
+        if path is None or str(path) in allowance.host_paths | extra_paths:
+            continue
+        name = str(volume.get("name"))
+        movable = movable_for(name, allowance)
+        if movable is None:
+            report(f"{what}: volume {name!r} mounts host path {path}, not granted by {granted_by}; {fix}")
+            continue
+        problem = movable.check(str(path), spec, objects.containers(spec))
+        if problem is not None:
+            report(
+                f"{what}: volume {name!r} mounts host path {path} as a moved {movable.key}, {problem}; fix: move it "
+                f"with gpu-stack:{movable.key}, which tells the containers too (components/kit/host_paths.py, "
+                "components/states/toolkit.py)"
+            )
 
 
 POLICY = ResourceValidationPolicy(

@@ -5,15 +5,17 @@ The NVIDIA GPU Operator's controller labels GPU nodes (``nvidia.com/gpu.present`
 replaces that controller with a Pulumi program, which cannot react to nodes joining
 or changing, so this agent runs on every GPU node and labels its own node instead.
 The same image also carries the one-shot validation gate that a Job runs after
-``pulumi up``, and the inventory loop that reads the node's GPUs through NVML and
-annotates the node with them and with their drift from its pool.
+``pulumi up``, the inventory loop that reads the node's GPUs through NVML and
+annotates the node with them and with their drift from its pool, and the driver pod's
+``wait-for-completion`` init container (upgrade.waitForCompletion).
 
 Module layout keeps decisions testable without a cluster: :mod:`.labels`, :mod:`.gate`,
 :mod:`.removal` (which label changes wait for a removal slot), :mod:`.leases` (which slot a
 node may take) and :mod:`.pods` are pure functions over API objects as plain dicts,
 :mod:`.inventory` holds the NVML read (also imported by ``python -m gpustack inventory``)
-and pure drift checks; :mod:`.kube` (API glue, loops, the gate) and :mod:`.pacer` (paced
-removals: GPU work, evictions, Leases) are the only modules that talk to the API server.
+and pure drift checks; :mod:`.kube` (API glue, loops, the gate), :mod:`.pacer` (paced
+removals: GPU work, evictions, Leases) and :mod:`.completion` (cordon, wait for matching pods,
+uncordon) are the only modules that talk to the API server.
 """
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -1,10 +1,11 @@
-"""Command line entry point: ``python -m gpustack_agent {label,inventory,wait-validated}``.
+"""Command line entry point: ``python -m gpustack_agent {label,inventory,wait-validated,wait-for-completion}``.
 
 Settings come from environment variables rather than flags because every mode is
 started from pod specs that the Pulumi program generates, where env (with the
 downward API for NODE_NAME) is the natural interface. Exit codes: 0 success,
 1 failure (fatal API error, or strict validation failed), 2 bad settings,
-143 stopped by SIGTERM before the gate reached a verdict.
+143 stopped by SIGTERM before the gate reached a verdict (or before
+``wait-for-completion`` ended its wait).
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import gate, inventory, kube, labels, pacer
+from . import completion, gate, inventory, kube, labels, pacer
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60
 DEFAULT_POLL_SECONDS = 10
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
+# The API server bounds nothing, but a selector this long is a template gone wrong, not a selector.
+MAX_POD_SELECTOR_LENGTH = 1024
 # RFC 1123 subdomain, the form of a DaemonSet name.
 _OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -76,6 +79,20 @@ GATE_HELP = f"""environment:
 Cordoned and NotReady nodes are skipped. A validator or driver pod that cannot start
 (CrashLoopBackOff, ImagePullBackOff, ...) on two polls in a row fails the gate at once.
 In strict mode only `validated` exits 0; judging no GPU node at all is a failure there.
+"""
+WAIT_HELP = f"""environment:
+  NODE_NAME        (required) the node this pod runs on, from the downward API
+  WAIT_POD_SELECTOR
+                   (required) label selector of the pods to wait for, on this node, in every namespace
+  WAIT_TIMEOUT_SECONDS
+                   stop waiting after this many seconds; 0 waits until they completed (default 0)
+  POD_NAME, POD_NAMESPACE
+                   this pod (downward API), never waited for even if the selector matches it
+
+Cordons the node (annotation {completion.CORDON_ANNOTATION}) unless it is already cordoned,
+waits until no matching pod on it is still running (phase not Succeeded/Failed) or the timeout
+passed, then lifts its own cordon. Exit 0 when the wait ended; 1 when the API could not be
+reached within the timeout, or refused a request (the kubelet restarts the init container).
 """
 
 
@@ -228,6 +245,29 @@ class GateSettings:
         )
 
 
+@dataclass(frozen=True)
+class WaitSettings:
+    node_name: str
+    pod_selector: str
+    timeout_seconds: int
+    own_pod: tuple[str, str] | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "WaitSettings":
+        selector = _required(env, "WAIT_POD_SELECTOR")
+        # An empty selector would wait for every pod on the node, DaemonSets included, i.e. always to the timeout;
+        # the Pulumi program validates the selector's syntax, and the API server answers 400 to a bad one.
+        if len(selector) > MAX_POD_SELECTOR_LENGTH:
+            raise SettingsError(f"WAIT_POD_SELECTOR is longer than {MAX_POD_SELECTOR_LENGTH} characters")
+        pod_name, pod_namespace = env.get("POD_NAME", "").strip(), env.get("POD_NAMESPACE", "").strip()
+        return cls(
+            node_name=_required(env, "NODE_NAME"),
+            pod_selector=selector,
+            timeout_seconds=_int(env, "WAIT_TIMEOUT_SECONDS", 0, 0),
+            own_pod=(pod_namespace, pod_name) if pod_name and pod_namespace else None,
+        )
+
+
 def read_own_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -269,9 +309,12 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpustack_agent",
-        description="gpu-stack node agent: labels its own GPU node, reports its GPUs, or gates on NVIDIA validation.",
+        description=("gpu-stack node agent: labels its own GPU node, reports its GPUs, gates on NVIDIA validation, "
+                     "or lets a node's jobs finish before its driver is swapped."),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{label,inventory,wait-validated}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{label,inventory,wait-validated,wait-for-completion}"
+    )
     commands.add_parser(
         "label",
         help="keep this node's GPU labels reconciled (DaemonSet)",
@@ -288,6 +331,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "wait-validated",
         help="wait until every GPU node passed NVIDIA validation (Job)",
         epilog=GATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_parser(
+        "wait-for-completion",
+        help="wait for this node's matching pods to complete before its driver is swapped (driver init container)",
+        epilog=WAIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return parser
@@ -326,6 +375,20 @@ def _run_inventory(settings: LabelSettings, clients: Clients) -> int:
     return EXIT_OK
 
 
+def _run_wait(settings: WaitSettings, clients: Clients) -> int:
+    core, _, _, _ = clients()
+    log_json({"level": "info", "event": "starting", "command": "wait-for-completion", "node": settings.node_name,
+              "podSelector": settings.pod_selector, "timeoutSeconds": settings.timeout_seconds})
+    return completion.Waiter(
+        core,
+        node_name=settings.node_name,
+        pod_selector=settings.pod_selector,
+        timeout_seconds=settings.timeout_seconds,
+        own_pod=settings.own_pod,
+        log=log_json,
+    ).run()
+
+
 def _run_gate(settings: GateSettings, clients: Clients) -> int:
     core, batch, apps, _ = clients()
     return kube.run_gate(
@@ -357,10 +420,12 @@ def main(
 ) -> int:
     args = _build_parser().parse_args(argv)
     env = os.environ if environ is None else environ
-    settings: LabelSettings | GateSettings
+    settings: LabelSettings | GateSettings | WaitSettings
     try:
         if args.command in ("label", "inventory"):
             settings = LabelSettings.from_env(env)
+        elif args.command == "wait-for-completion":
+            settings = WaitSettings.from_env(env)
         else:
             settings = GateSettings.from_env(env, own_namespace)
     except SettingsError as exc:
@@ -373,12 +438,15 @@ def main(
     try:
         if isinstance(settings, GateSettings):
             return _run_gate(settings, clients)
+        if isinstance(settings, WaitSettings):
+            return _run_wait(settings, clients)
         if args.command == "inventory":
             return _run_inventory(settings, clients)
         return _run_label(settings, clients)
     except Shutdown:
         log_json({"level": "info", "event": "stopping", "command": args.command, "signal": "SIGTERM"})
-        return EXIT_TERMINATED if isinstance(settings, GateSettings) else EXIT_OK
+        # A gate or a wait stopped before its end did not do its job; the label and inventory loops did.
+        return EXIT_TERMINATED if isinstance(settings, (GateSettings, WaitSettings)) else EXIT_OK
     except (ApiException, urllib3.exceptions.HTTPError, ConfigException) as exc:
         # Reached only for errors retrying cannot fix (e.g. 403, 404); failing makes
         # the pod's restarts visible instead of hiding the problem in a log.

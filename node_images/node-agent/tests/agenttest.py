@@ -228,6 +228,8 @@ class FakeCluster:
                     current.pop(key, None)
                 else:
                     current[key] = value
+        if "spec" in body:
+            node["spec"] = apply_merge_patch(node.get("spec") or {}, body["spec"])
         node["metadata"]["resourceVersion"] = str(next(self._version))
         return model(node, "V1Node")
 
@@ -247,8 +249,9 @@ class FakeCluster:
                              field_selector: str | None = None, _request_timeout: float = 0) -> Any:
         return self._pods_matching(namespace, label_selector, field_selector)
 
-    def _list_pod_for_all_namespaces(self, field_selector: str | None = None, _request_timeout: float = 0) -> Any:
-        return self._pods_matching(None, None, field_selector)
+    def _list_pod_for_all_namespaces(self, field_selector: str | None = None, label_selector: str | None = None,
+                                     _request_timeout: float = 0) -> Any:
+        return self._pods_matching(None, label_selector, field_selector)
 
     def _find_pod(self, name: str, namespace: str) -> dict[str, Any]:
         for candidate in self.pods:

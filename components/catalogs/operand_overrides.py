@@ -1,0 +1,322 @@
+"""What `gpu-stack:operands.<operand>` addresses: for each operand key (ClusterPolicy's section name where one
+exists), the DaemonSets whose pods it sets, its own containers, where its image comes from, and the env vars
+gpu-stack derives from other keys and so must keep (an override of one of them is refused, naming that key).
+
+Pod-level settings (annotations, labels, priorityClassName, tolerations, imagePullSecrets) go to the operand's
+DaemonSets; container-level ones (env, args, resources, imagePullPolicy, image) to its own containers only, never
+to the validation init containers gpu-stack puts in front of it. The driver DaemonSets hold several operands:
+the driver itself, k8s-driver-manager and the GPUDirect sidecars, each with a key of its own.
+
+Standard library only, relative imports only (like every catalog module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+# Driver DaemonSets are named per pool (`nvidia-driver-daemonset-<pool>` or a pinned name), so they are found by
+# their deploy component rather than by name.
+DRIVER_DEPLOY_COMPONENT = "driver"
+
+DOWNWARD_API = "gpu-stack (downward API)"
+GPU_STACK = "gpu-stack (fixed by the operand's asset)"
+CDI = "toolkit.cdi"
+INSTALL_DIR = "toolkit.installDir"
+PLUGIN_CONFIG = "nodePools[].sharing / devicePlugin.migStrategy"
+GPUDIRECT_GDS = "gpudirect.gds"
+GPUDIRECT_GDRCOPY = "gpudirect.gdrcopy"
+GPUDIRECT_RDMA = "gpudirect.rdma.enabled"
+HOST_MOFED = "gpudirect.rdma.useHostMofed"
+HOST_ROOT = "hostPaths.rootFS"
+DRIVER_INSTALL_DIR = "hostPaths.driverInstallDir"
+
+# Owned by gpu-stack in every container it renders.
+COMMON_OWNED_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "NODE_NAME": DOWNWARD_API,
+        "OPERATOR_NAMESPACE": DOWNWARD_API,
+        "HOST_ROOT": HOST_ROOT,
+        "DRIVER_INSTALL_DIR": DRIVER_INSTALL_DIR,
+        "DRIVER_INSTALL_DIR_CTR_PATH": DRIVER_INSTALL_DIR,
+    }
+)
+
+
+@dataclass(frozen=True)
+class OperandTarget:
+    """One operand key. `daemonsets` are the DaemonSets whose pod template it sets (empty for an operand that is
+    a container in another operand's pods); `image` the catalog.IMAGES entry its repository/image/version
+    override, or None when its image is set elsewhere (`image_set_by` says where); `os_tagged` images get the
+    node's OS appended to their tag, as the driver's do. The driver's own DaemonSets are found by deploy component
+    (DRIVER_DEPLOY_COMPONENT), so its `daemonsets` is empty too."""
+
+    containers: tuple[str, ...]
+    daemonsets: tuple[str, ...] = ()
+    image: Optional[str] = None
+    image_set_by: str = ""
+    os_tagged: bool = False
+    version_set_by: str = ""
+    owned_env: Mapping[str, str] = field(default_factory=dict)
+    # For an operand that is a container in other operands' pods: those operands (they hold its pod settings).
+    runs_in: tuple[str, ...] = ()
+
+
+_DRIVER_MANAGER_ENV = {
+    "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
+    "ENABLE_GPU_POD_EVICTION": "upgrade.gpuPodEviction",
+    "ENABLE_AUTO_DRAIN": "upgrade.drain.enabled",
+    "DRAIN_USE_FORCE": "upgrade.drain.force",
+    "DRAIN_POD_SELECTOR_LABEL": "upgrade.drain.podSelector",
+    "DRAIN_TIMEOUT_SECONDS": "upgrade.drain.timeoutSeconds",
+    "DRAIN_DELETE_EMPTYDIR_DATA": "upgrade.drain.deleteEmptyDirData",
+    "DRIVER_CONFIG_DIGEST": GPU_STACK,
+    "GPU_DIRECT_RDMA_ENABLED": GPUDIRECT_RDMA,
+    "USE_HOST_MOFED": HOST_MOFED,
+}
+
+_PLUGIN_FAMILY_ENV = {
+    "MIG_STRATEGY": PLUGIN_CONFIG,
+    "NVIDIA_MIG_MONITOR_DEVICES": PLUGIN_CONFIG,
+    "CONFIG_FILE": PLUGIN_CONFIG,
+    "NAMESPACE": DOWNWARD_API,
+    "POD_NAME": DOWNWARD_API,
+}
+
+OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
+    {
+        "driver": OperandTarget(
+            containers=("nvidia-driver-ctr",),
+            image="driver",
+            os_tagged=True,
+            version_set_by="versions.driver (or nodePools[].driver.version)",
+            owned_env={
+                "NODE_IP": DOWNWARD_API,
+                "KERNEL_MODULE_TYPE": "driver.kernelModuleType (or nodePools[].driver.kernelModuleType)",
+                "OPEN_KERNEL_MODULES_ENABLED": "driver.kernelModuleType (or nodePools[].driver.kernelModuleType)",
+                "GDRCOPY_ENABLED": GPUDIRECT_GDRCOPY,
+                "GDS_ENABLED": GPUDIRECT_GDS,
+                "GPU_DIRECT_RDMA_ENABLED": GPUDIRECT_RDMA,
+                "USE_HOST_MOFED": HOST_MOFED,
+                "DRIVER_CONFIG_DIGEST": GPU_STACK,
+                "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
+            },
+        ),
+        # k8s-driver-manager runs in front of the driver, the vGPU manager and the VFIO manager alike.
+        "driverManager": OperandTarget(
+            containers=("k8s-driver-manager",),
+            image="driverManager",
+            owned_env=_DRIVER_MANAGER_ENV,
+            runs_in=("driver", "vgpuManager", "vfioManager"),
+        ),
+        "toolkit": OperandTarget(
+            containers=("nvidia-container-toolkit-ctr",),
+            daemonsets=("nvidia-container-toolkit-daemonset",),
+            image="toolkit",
+            owned_env={
+                "ROOT": INSTALL_DIR,
+                "CDI_ENABLED": CDI,
+                "NVIDIA_RUNTIME_SET_AS_DEFAULT": CDI,
+                "CONTAINERD_SET_AS_DEFAULT": CDI,
+                "NVIDIA_RUNTIME_NAME": GPU_STACK,
+                "NVIDIA_CONTAINER_RUNTIME_MODE": CDI,
+                "CRIO_CONFIG_MODE": CDI,
+                "RUNTIME": "cluster.containerRuntime",
+                "CONTAINERD_RUNTIME_CLASS": GPU_STACK,
+                "RUNTIME_CONFIG": "toolkit.runtimeConfig",
+                "CONTAINERD_CONFIG": "toolkit.runtimeConfig",
+                "CRIO_CONFIG": "toolkit.runtimeConfig",
+                "RUNTIME_DROP_IN_CONFIG": "toolkit.runtimeDropInConfig",
+                "RUNTIME_DROP_IN_CONFIG_HOST_PATH": "toolkit.runtimeDropInConfig",
+                "RUNTIME_SOCKET": "toolkit.runtimeSocket",
+                "CONTAINERD_SOCKET": "toolkit.runtimeSocket",
+                "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
+                "TOOLKIT_PID_FILE": GPU_STACK,
+                "NRI_NAMESPACE": DOWNWARD_API,
+            },
+        ),
+        "validator": OperandTarget(
+            containers=("nvidia-operator-validator", "nvidia-dra-validator"),
+            daemonsets=("nvidia-operator-validator", "nvidia-dra-validator"),
+            image="validator",
+            owned_env={"COMPONENT": GPU_STACK, "WITH_WAIT": GPU_STACK, "MIG_STRATEGY": PLUGIN_CONFIG},
+        ),
+        "devicePlugin": OperandTarget(
+            containers=("nvidia-device-plugin",),
+            daemonsets=("nvidia-device-plugin-daemonset",),
+            image="devicePlugin",
+            owned_env={
+                **_PLUGIN_FAMILY_ENV,
+                "DEVICE_LIST_STRATEGY": CDI,
+                "CDI_ENABLED": CDI,
+                "CDI_ANNOTATION_PREFIX": CDI,
+                "NVIDIA_CDI_HOOK_PATH": INSTALL_DIR,
+                "MPS_ROOT": GPU_STACK,
+                "GDS_ENABLED": GPUDIRECT_GDS,
+                "MOFED_ENABLED": GPUDIRECT_GDS,
+                "GDRCOPY_ENABLED": GPUDIRECT_GDRCOPY,
+            },
+        ),
+        # The MPS control daemon runs the device plugin's image unless told otherwise.
+        "mpsControlDaemon": OperandTarget(
+            containers=("mps-control-daemon-ctr",),
+            daemonsets=("nvidia-device-plugin-mps-control-daemon",),
+            image="devicePlugin",
+            owned_env={**_PLUGIN_FAMILY_ENV, "NVIDIA_VISIBLE_DEVICES": GPU_STACK, "NVIDIA_DRIVER_CAPABILITIES": GPU_STACK},
+        ),
+        "gfd": OperandTarget(
+            containers=("gpu-feature-discovery",), daemonsets=("gpu-feature-discovery",), image="gfd", owned_env=_PLUGIN_FAMILY_ENV
+        ),
+        # DRA pools get a flavour of their own (`-dra`), claiming their node's GPUs; the same key sets both.
+        "dcgm": OperandTarget(containers=("nvidia-dcgm-ctr",), daemonsets=("nvidia-dcgm", "nvidia-dcgm-dra"), image="dcgm"),
+        "dcgmExporter": OperandTarget(
+            containers=("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"),
+            daemonsets=("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"),
+            image="dcgmExporter",
+            owned_env={
+                "DCGM_EXPORTER_LISTEN": "dcgmExporter.listenAddress",
+                "DCGM_EXPORTER_KUBERNETES": GPU_STACK,
+                "DCGM_EXPORTER_COLLECTORS": "dcgmExporter.extraMetrics / dcgmExporter.collectorsFile",
+                "DCGM_REMOTE_HOSTENGINE_INFO": "components.dcgm / dcgmExporter.remoteHostengine",
+                "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS": "dcgmExporter.enablePodLabels",
+                "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "dcgmExporter.enablePodUid",
+                "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX": "dcgmExporter.podLabelAllowlistRegex",
+                "DCGM_HPC_JOB_MAPPING_DIR": "dcgmExporter.hpcJobMapping",
+                "KUBERNETES_ENABLE_DRA": "nodePools[].allocation",
+            },
+        ),
+        "migManager": OperandTarget(
+            containers=("nvidia-mig-manager",),
+            daemonsets=("nvidia-mig-manager",),
+            image="migManager",
+            owned_env={
+                "CONFIG_FILE": "migLayouts / nodePools[].sharing.migLayout",
+                "GPU_CLIENTS_FILE": GPU_STACK,
+                "WITH_REBOOT": "migManager.withReboot",
+                "CDI_ENABLED": CDI,
+                "NVIDIA_CDI_HOOK_PATH": INSTALL_DIR,
+                "POD_NAME": DOWNWARD_API,
+                "POD_NAMESPACE": DOWNWARD_API,
+                "DEFAULT_GPU_CLIENTS_NAMESPACE": DOWNWARD_API,
+            },
+        ),
+        # The node status exporter runs the validator's image (`nvidia-validator`, COMPONENT=metrics).
+        "nodeStatusExporter": OperandTarget(
+            containers=("nvidia-node-status-exporter",),
+            daemonsets=("nvidia-node-status-exporter",),
+            image="validator",
+            owned_env={"COMPONENT": GPU_STACK, "METRICS_PORT": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
+        ),
+        "vgpuManager": OperandTarget(
+            containers=("nvidia-vgpu-manager-ctr",),
+            daemonsets=("nvidia-vgpu-manager-daemonset",),
+            image_set_by="vgpu.managerImage",
+        ),
+        "vgpuDeviceManager": OperandTarget(
+            containers=("nvidia-vgpu-device-manager",),
+            daemonsets=("nvidia-vgpu-device-manager",),
+            image="vgpuDeviceManager",
+            owned_env={
+                "CONFIG_FILE": GPU_STACK,
+                "DEFAULT_VGPU_CONFIG": "vgpu.defaultConfig",
+                "NAMESPACE": DOWNWARD_API,
+            },
+        ),
+        # vfio-manage ships in the k8s-driver-manager image.
+        "vfioManager": OperandTarget(
+            containers=("nvidia-vfio-manager",), daemonsets=("nvidia-vfio-manager",), image="driverManager"
+        ),
+        "sandboxValidator": OperandTarget(
+            containers=("nvidia-sandbox-validator",),
+            daemonsets=("nvidia-sandbox-validator",),
+            image="validator",
+            owned_env={"DEFAULT_GPU_WORKLOAD_CONFIG": "sandboxWorkloads.defaultWorkload", "COMPONENT": GPU_STACK},
+        ),
+        "sandboxDevicePlugin": OperandTarget(
+            containers=("nvidia-sandbox-device-plugin-ctr",),
+            daemonsets=("nvidia-sandbox-device-plugin-daemonset",),
+            image="sandboxDevicePlugin",
+            owned_env={"POD_NAMESPACE": DOWNWARD_API, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
+        ),
+        "kataSandboxDevicePlugin": OperandTarget(
+            containers=("nvidia-kata-sandbox-device-plugin-ctr",),
+            daemonsets=("nvidia-kata-sandbox-device-plugin-daemonset",),
+            image="kataDevicePlugin",
+            owned_env={"POD_NAMESPACE": DOWNWARD_API, "POD_SERVICE_ACCOUNT": DOWNWARD_API},
+        ),
+        "ccManager": OperandTarget(
+            containers=("nvidia-cc-manager",),
+            daemonsets=("nvidia-cc-manager",),
+            image="ccManager",
+            owned_env={"DEFAULT_CC_MODE": "sandboxWorkloads.ccManager.defaultMode", "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
+        ),
+        # The GPUDirect sidecars of the driver pods: their tags get the node's OS, as the driver's does.
+        "gds": OperandTarget(containers=("nvidia-fs-ctr",), image="gds", os_tagged=True, runs_in=("driver",)),
+        "gdrcopy": OperandTarget(containers=("nvidia-gdrcopy-ctr",), image="gdrcopy", os_tagged=True, runs_in=("driver",)),
+        "peermem": OperandTarget(
+            containers=("nvidia-peermem-ctr",),
+            image_set_by="operands.driver (peermem runs from the driver image)",
+            runs_in=("driver",),
+            owned_env={"USE_HOST_MOFED": HOST_MOFED, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
+        ),
+        # The DRA kubelet plugin (DaemonSet) and, with compute domains, its controller (a Deployment).
+        "draDriver": OperandTarget(
+            containers=("gpus", "compute-domains", "compute-domain"),
+            daemonsets=("nvidia-dra-driver-kubelet-plugin",),
+            image="draDriver",
+            owned_env={
+                "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
+                "CDI_ROOT": GPU_STACK,
+                "IMAGE_NAME": "operands.draDriver.repository/image/version",
+                "HEALTHCHECK_PORT": GPU_STACK,
+                "HTTP_ENDPOINT": GPU_STACK,
+                "KUBELET_REGISTRAR_DIRECTORY_PATH": "hostPaths.kubeletRootDir",
+                "KUBELET_PLUGINS_DIRECTORY_PATH": "hostPaths.kubeletRootDir",
+                "NAMESPACE": DOWNWARD_API,
+                "POD_NAME": DOWNWARD_API,
+                "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "registry.pullSecrets / operands.draDriver.imagePullSecrets",
+                "FEATURE_GATES": "dra.featureGates",
+            },
+        ),
+    }
+)
+
+OPERAND_KEYS: tuple[str, ...] = tuple(OPERANDS)
+
+# The operand whose override sets a catalog image for every operand that runs it, where the names differ.
+_IMAGE_OWNERS: Mapping[str, str] = MappingProxyType({"kataDevicePlugin": "kataSandboxDevicePlugin"})
+
+
+def image_owner(image: str) -> str:
+    """The operand key that owns catalog image `image` (its `versions.<image>` key); others only borrow it."""
+    return _IMAGE_OWNERS.get(image, image)
+
+# The operand whose pod template a DaemonSet is, by DaemonSet name.
+DAEMONSET_OPERANDS: Mapping[str, str] = MappingProxyType(
+    {ds: key for key, target in OPERANDS.items() for ds in target.daemonsets}
+)
+
+
+def daemonset_operand(daemonset: str, deploy_component: Optional[str]) -> Optional[str]:
+    """The operand key a DaemonSet's pod-level overrides come from; None for DaemonSets no key addresses."""
+    if deploy_component == DRIVER_DEPLOY_COMPONENT:
+        return "driver"
+    return DAEMONSET_OPERANDS.get(daemonset)
+
+
+def container_operand(container: str, pod_operand: Optional[str]) -> Optional[str]:
+    """The operand key a container's overrides come from: the pod's own operand when the container is one of its
+    own, else the operand that names the container (k8s-driver-manager, the GPUDirect sidecars); None for the
+    validation gates and helpers gpu-stack puts next to an operand."""
+    if pod_operand is not None and container in OPERANDS[pod_operand].containers:
+        return pod_operand
+    for key, target in OPERANDS.items():
+        if target.runs_in and container in target.containers:
+            return key
+    return None
+
+
+def owned_env(operand: str) -> dict[str, str]:
+    """Env var name -> the stack key (or gpu-stack mechanism) that sets it, for one operand's containers."""
+    return {**COMMON_OWNED_ENV, **OPERANDS[operand].owned_env}

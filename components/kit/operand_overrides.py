@@ -1,0 +1,131 @@
+"""Applying `gpu-stack:operands.<operand>` to the objects the states build: pod-level settings to the operand's
+pod template, container-level ones to its own containers (components/catalogs/operand_overrides.py says which),
+and per-operand images resolved with the operator's ImagePath rules."""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterable, Mapping, Optional, Sequence
+
+from pulumi_kubernetes.core.v1 import ContainerArgs, EnvVarArgs, ResourceRequirementsArgs, TolerationArgs
+
+from components.catalogs import operand_overrides as targets
+from components.config import DaemonSets, OperandOverride
+
+
+def image_path(repository: str, image: str, version: str) -> str:
+    """The operator's ImagePath: repository/image:version, or repository/image@version for a sha256 digest."""
+    separator = "@" if version.startswith("sha256:") else ":"
+    return f"{repository}/{image}{separator}{version}"
+
+
+def catalog_parts(registry: str, path: str, version: str) -> tuple[str, str, str]:
+    """(repository, image, version) of a catalog image: `nvidia/k8s/container-toolkit` below `nvcr.io` is
+    repository nvcr.io/nvidia/k8s, image container-toolkit."""
+    directory, _, name = path.rpartition("/")
+    return (f"{registry}/{directory}" if directory else registry), name, version
+
+
+def resolve(override: Optional[OperandOverride], parts: tuple[str, str, str]) -> tuple[str, str, str]:
+    """Each part the override sets, else the part given (a full-reference image is not split: see operand_image)."""
+    if override is None or override.full_reference:
+        return parts
+    repository, name, version = parts
+    return override.repository or repository, override.image or name, override.version or version
+
+
+def operand_image(override: Optional[OperandOverride], parts: tuple[str, str, str]) -> Optional[str]:
+    """The full reference an override gives an operand whose tag is used as is; None when it sets no image."""
+    if override is None or not override.sets_image:
+        return None
+    if override.full_reference:
+        return override.image
+    return image_path(*resolve(override, parts))
+
+
+def pod_tolerations(ds: DaemonSets, override: Optional[OperandOverride]) -> list[TolerationArgs]:
+    """daemonsets.tolerations, then the operand's extra ones (a repeat of one already there is left out)."""
+    seen = []
+    result = []
+    extra = override.tolerations if override else []
+    for t in [*ds.tolerations, *extra]:
+        key = (t.key, t.operator, t.value, t.effect, getattr(t, "toleration_seconds", None))
+        if key in seen:
+            continue
+        seen.append(key)
+        result.append(
+            TolerationArgs(
+                key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=getattr(t, "toleration_seconds", None)
+            )
+        )
+    return result
+
+
+def pull_secrets(stack: Sequence[str], overrides: Iterable[Optional[OperandOverride]]) -> list[str]:
+    """The stack's pull secrets, then those of each operand with containers in the pod."""
+    names = list(stack)
+    for override in overrides:
+        for name in override.image_pull_secrets if override else ():
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _merged_env(current: Optional[Sequence[EnvVarArgs]], override: OperandOverride) -> Optional[list[EnvVarArgs]]:
+    if not override.env:
+        return list(current) if current is not None else None
+    values = {var.name: var.value for var in override.env}
+    merged = []
+    for var in current or ():
+        if var.name in values:
+            merged.append(EnvVarArgs(name=var.name, value=values.pop(var.name)))
+        else:
+            merged.append(var)
+    merged += [EnvVarArgs(name=name, value=value) for name, value in values.items()]
+    return merged
+
+
+def apply_to_container(container: ContainerArgs, override: Optional[OperandOverride], image: Optional[str]) -> ContainerArgs:
+    """A copy of `container` with an operand's container-level settings; the container itself when none apply."""
+    if override is None and image is None:
+        return container
+    changed = copy.copy(container)
+    if image is not None:
+        changed.image = image
+    if override is None:
+        return changed
+    changed.env = _merged_env(container.env, override)
+    if override.args:
+        changed.args = list(override.args)
+    if override.resources is not None:
+        # A DRA flavour's claim is how its container sees the node's GPUs: it stays.
+        claims = container.resources.claims if container.resources is not None else None
+        changed.resources = ResourceRequirementsArgs(
+            requests=dict(override.resources.requests) or None, limits=dict(override.resources.limits) or None, claims=claims
+        )
+    if override.image_pull_policy is not None:
+        changed.image_pull_policy = override.image_pull_policy
+    return changed
+
+
+def apply_to_containers(
+    containers: Sequence[ContainerArgs],
+    pod_operand: Optional[str],
+    overrides: Mapping[str, OperandOverride],
+    images: Mapping[str, str],
+) -> list[ContainerArgs]:
+    result = []
+    for container in containers:
+        key = targets.container_operand(container.name, pod_operand)
+        result.append(apply_to_container(container, overrides.get(key), images.get(key)) if key else container)
+    return result
+
+
+def operands_in_pod(containers: Iterable[ContainerArgs], pod_operand: Optional[str]) -> list[str]:
+    """The operand keys with a container in the pod, the pod's own first."""
+    keys = [pod_operand] if pod_operand else []
+    for container in containers:
+        key = targets.container_operand(container.name, pod_operand)
+        if key and key not in keys:
+            keys.append(key)
+    return keys
