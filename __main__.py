@@ -6,11 +6,28 @@ teams and reviewers need. An invalid configuration stops here, before anything i
 
 import pulumi
 
-from components.config import load_config, program_config, program_secret_keys
+from components.config import NAMESPACE, SECRET_KEYS, ConfigError, load_config, program_config, program_secret_keys
 from components.kit.stack_inputs import kubernetes_provider
 from components.stack import GpuStack
+from node_images.inputfiles import json_value_problem
 
-config = load_config(program_config(), program_secret_keys())
+
+def _read_config() -> dict[str, str]:
+    """The CLI's config bag, each object value (JSON text) checked before load_config parses it: a value nested too
+    deep, holding NaN or a duplicate key is a ConfigError naming its key, never a traceback."""
+    raw = program_config()
+    problems = [
+        (key, f"cannot be read: {problem}")
+        for key, value in sorted(raw.items())
+        # a secret key's value is text as given (a password may start with '['), never parsed as JSON
+        if key.startswith(NAMESPACE + ":") and key not in SECRET_KEYS and (problem := json_value_problem(value)) is not None
+    ]
+    if problems:
+        raise ConfigError(problems)
+    return raw
+
+
+config = load_config(_read_config(), program_secret_keys())
 provider = kubernetes_provider(config)
 stack = GpuStack("gpu-stack", config, opts=pulumi.ResourceOptions(providers=[provider]))
 

@@ -2,25 +2,36 @@
 
 Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation, or a
 rule of the API server's own validation);
-2 the stack configuration or its policy pack config is invalid (message on stderr, nothing written).
+2 an input is invalid: the stack file or its configuration, the policy pack config, an import input (message on
+stderr, nothing written); 3 an internal error (a one-line message asking for a report; `--debug`, a global flag,
+prints the traceback); 130 interrupted; 141 stdout was closed early (`render ... | head`), quietly, as SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Optional, Sequence
-
-import yaml
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
 from gpustack import apiserver, diff, docs, importer, inventory, packfacts, render, schema, stack_schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
+from gpustack.importer import ImportInputError
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
 
-EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG = 0, 1, 2
+from node_images.catalog import CatalogError
+from node_images.inputfiles import InputFileError, load_stack_file
+
+EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG, EXIT_INTERNAL = 0, 1, 2, 3
+# What a process killed by SIGPIPE reports to the shell (128 + 13).
+EXIT_BROKEN_PIPE = 141
+ISSUES_URL = "the gpu-stack repository's issue tracker"
+# Every error a user can cause by what they pass: printed as it is, exit 2.
+INPUT_ERRORS = (ConfigError, CatalogError, InputFileError, ImportInputError)
 POLICY_CONFIG_HELP = (
     "policy pack config, as `pulumi preview --policy-pack-config FILE` takes it "
     f"(default: {config_path('<stack>').relative_to(PROJECT_DIR)} when it exists)"
@@ -46,13 +57,7 @@ def resolve_stack(ref: str) -> tuple[str, Path]:
 
 def read_stack(ref: str) -> tuple[str, dict[str, Any]]:
     name, path = resolve_stack(ref)
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise StackFileError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(document, dict):
-        raise StackFileError(f"{path}: expected a mapping with a `config:` key")
-    return name, document
+    return name, load_stack_file(path)
 
 
 def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
@@ -146,6 +151,7 @@ def cmd_pack_facts(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
     render_parser = sub.add_parser("render", help="write manifests.yaml, graph.json and policy.json for a stack")
     render_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
@@ -178,10 +184,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stack_schema.add_parser(sub)
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
-    except (ConfigError, StackFileError, PolicyConfigError, diff.DiffInputError) as exc:
+        code = args.run(args)
+        sys.stdout.flush()  # inside the guard: a closed pipe shows here, not at the interpreter's exit
+        return code
+    except (*INPUT_ERRORS, StackFileError, PolicyConfigError, diff.DiffInputError) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
+    except BrokenPipeError:
+        # The reader left (`render ... | head`): nothing more to say, and nothing to flush at exit either.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback unless asked for
+        if args.debug:
+            traceback.print_exc()
+        message = " ".join(str(exc).split())[:200]
+        print(f"internal error: {type(exc).__name__}: {message}" + ("" if args.debug else
+              f" - this is a bug in gpu-stack; rerun with --debug and report the traceback to {ISSUES_URL}"), file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not raise BrokenPipeError again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -22,10 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-import yaml
-
 from gpustack import changes
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
+from node_images.inputfiles import load_stack_file
 
 DANGER_RULES = ("driver-replaced", "driver-deleted", "referenced-deleted", "helm-release-deleted", "wave-over-budget")
 BASE_RENDER_SECONDS = 300
@@ -45,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _render_file(stack: str, path: Path) -> Recording:
-    bag, secret = stack_file_bag(yaml.safe_load(path.read_text()) or {})
+    bag, secret = stack_file_bag(load_stack_file(path))
     return run_program(stack, bag, secret_keys=secret)
 
 
@@ -69,13 +68,17 @@ def render_at_ref(stack: str, ref: str) -> Optional[Recording]:
         stack_file = tree / "stacks" / f"Pulumi.{stack}.yaml"
         if not stack_file.is_file():
             return None
+        # The stack file is read here, through today's guarded loader; the runner gets the config bag as JSON.
+        bag, secret = stack_file_bag(load_stack_file(stack_file, source=f"{ref}:stacks/{stack_file.name}"))
+        bag_file = Path(tmp) / "bag.json"
+        bag_file.write_text(json.dumps({"config": bag, "secretKeys": secret}))
         # The runner imports nothing of the project; copied out of it, it cannot pick today's modules up.
         runner = Path(tmp) / "record.py"
         shutil.copy(Path(__file__).with_name("mockrun.py"), runner)
         out = Path(tmp) / "recording.json"
         try:
             result = subprocess.run(
-                [sys.executable, str(runner), "--program-dir", str(tree), "--stack", stack, "--stack-file", str(stack_file),
+                [sys.executable, str(runner), "--program-dir", str(tree), "--stack", stack, "--bag", str(bag_file),
                  "--out", str(out)],
                 cwd=tmp, capture_output=True, timeout=BASE_RENDER_SECONDS,
             )

@@ -59,7 +59,16 @@ A key marked **secret** is taken only as a Pulumi secret, set with `pulumi confi
 which stores it encrypted (`{{secure: v1:...}}`) in the stack file and in state; a plain value is refused, so it
 is never written down unencrypted. In the schema such a key carries `"writeOnly": true` and `"x-secret": true`
 and accepts only the `{{secure: ...}}` form. Offline, `python -m gpustack render|check` cannot decrypt it and
-renders `[secret]` where the value would go (only ever inside Secret data).
+renders `[secret]` where the value would go (only ever inside Secret data, or the Kubernetes provider's
+`kubeconfig`, both secret Outputs).
+
+Only these keys can be secrets: any other `gpu-stack:` key set with `--secret` (or holding an encrypted value
+inside, as `--secret --path` writes it) is refused, because gpu-stack writes its values into Kubernetes objects and
+state in plain text. A credential an operand needs belongs in a Kubernetes Secret that a key names
+(`registry.pullSecrets`, `driver.secretEnv`, `driver.licensingConfig.secretName`). `cluster.kubeconfig` takes a
+path; contents there are refused, and go in the secret key `kubeconfig`. No error echoes a secret value: it names
+the key and says "(secret value not shown)"; any other value an error echoes is cut to 80 characters, with its
+length.
 """
 
 RULES = """## Rules across keys

@@ -73,7 +73,7 @@ def local_os_tag(path: Path = OS_RELEASE) -> Optional[str]:
     fields = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.MULTILINE))
     os_id, version = fields.get("ID", ""), fields.get("VERSION_ID", "")
     for tag in (f"{os_id}{version}", f"{os_id}{version.split('.')[0]}"):
-        if OS_TAG.match(tag):
+        if OS_TAG.fullmatch(tag):
             return tag
     return None
 
@@ -89,7 +89,7 @@ def _layout_for(model: str, devices: Mapping[str, int]) -> tuple[str, bool]:
             return name, False
     name = _pool_name(model) + "-" + "-".join(f"{n}x{p.replace('+', '.')}" for p, n in agent.sorted_devices(devices).items())
     # A layout name is a node label value: past 63 characters fall back to a plain one.
-    return (name if MIG_LAYOUT_NAME.match(name) else f"{_pool_name(model)}-layout"), True
+    return (name if MIG_LAYOUT_NAME.fullmatch(name) else f"{_pool_name(model)}-layout"), True
 
 
 def _current_layout(inventory: Inventory) -> Optional[tuple[str, dict[str, int], bool]]:
@@ -133,7 +133,7 @@ def suggest_pool(inventory: Inventory, *, hostname: str, os_tag: Optional[str] =
     # A hostname that is no label value (an FQDN past 63 characters) leaves the empty selector: every GPU node.
     entry: dict[str, Any] = {
         "name": _pool_name(model),
-        "nodeSelector": {HOSTNAME_LABEL: host} if len(host) <= 63 and LABEL_VALUE.match(host) else {},
+        "nodeSelector": {HOSTNAME_LABEL: host} if len(host) <= 63 and LABEL_VALUE.fullmatch(host) else {},
         "gpuModel": model,
     }
     if os_tag is not None:
@@ -238,7 +238,7 @@ def driver_problems(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> t
                 )
         return problems, []
     if plan.mode == "managed":
-        if DIGEST.match(plan.version):
+        if DIGEST.fullmatch(plan.version):
             return [], [f"pool {pool.name} pins its managed driver by digest, so the installed {installed} is not compared"]
         if installed == plan.version:
             return [], []

@@ -245,16 +245,27 @@ def recording_from_json(data: dict[str, Any]) -> Recording:
 
 def stack_file_bag(document: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """A parsed `Pulumi.<stack>.yaml` as the CLI hands it to the program: every value a string, objects as JSON;
-    encrypted values (`{secure: ...}`) masked and marked secret, since nothing offline can decrypt them."""
+    encrypted values (`{secure: ...}`, at the top or inside as `--secret --path` writes them) masked and their key
+    marked secret, since nothing offline can decrypt them (components/config/loader.py stack_file_config does the
+    same; this module imports nothing of the project)."""
     import json
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            return MASKED
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [masked(v) for v in value]
+        return value
 
     bag: dict[str, str] = {}
     secret: list[str] = []
-    for key, value in (document.get("config") or {}).items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            bag[key] = MASKED
+    for key, given in (document.get("config") or {}).items():
+        value = masked(given)
+        if value != given:
             secret.append(key)
-        elif isinstance(value, str):
+        if isinstance(value, str):
             bag[key] = value
         elif isinstance(value, bool):
             bag[key] = "true" if value else "false"
@@ -267,15 +278,15 @@ def _main(argv: Optional[list[str]] = None) -> int:
     import argparse
     import json
 
-    import yaml
-
     parser = argparse.ArgumentParser(description="record one stack of the Pulumi program in --program-dir as JSON")
     parser.add_argument("--program-dir", required=True, type=Path)
     parser.add_argument("--stack", required=True)
-    parser.add_argument("--stack-file", required=True, type=Path)
+    # The config bag as gpustack diff read it from the stack file (guarded loader): {"config": {...}, "secretKeys": [...]}.
+    parser.add_argument("--bag", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    bag, secret = stack_file_bag(yaml.safe_load(args.stack_file.read_text()) or {})
+    given = json.loads(args.bag.read_text(encoding="utf-8"))
+    bag, secret = given["config"], given["secretKeys"]
     recording = run_program(args.stack, bag, secret_keys=secret, program_dir=args.program_dir.resolve())
     args.out.write_text(json.dumps(recording_to_json(recording)))
     return 0

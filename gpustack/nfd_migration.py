@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from node_images.inputfiles import IMPORT_INPUT_MAX_BYTES, InputFileError, load_json
+
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 RELEASE = "node-feature-discovery"  # components/states/nfd.py RELEASE
 PARENT_TYPE = "gpu-stack:index:NodeFeatureDiscovery"
@@ -56,9 +58,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, help="where to write the edited export (default: the input file)")
     args = parser.parse_args(argv)
     try:
-        state = json.loads(args.state.read_text(encoding="utf-8"))
+        # A state export is as large as an import dump can be: the same guarded door and limit.
+        state = load_json(args.state, IMPORT_INPUT_MAX_BYTES, "IMPORT_INPUT_MAX_BYTES")
         marked = retain_nfd_release(state)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, NotAStackExport) as exc:
+    except InputFileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except NotAStackExport as exc:
         print(f"{args.state}: {exc}", file=sys.stderr)
         return 2
     if not marked:

@@ -16,7 +16,6 @@ CI instead of silently doing nothing.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pulumi_policy import EnforcementLevel, Policy
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
 from gpustack.mockrun import PROJECT_DIR, Recording, Registration
+from node_images.inputfiles import POLICY_CONFIG_MAX_BYTES, InputFileError, load_json
 
 POLICY_DIR = PROJECT_DIR / "policies"
 CONFIG_DIR = POLICY_DIR / "config"
@@ -82,9 +82,9 @@ def pack_config(stack: str, config_dir: Path = CONFIG_DIR, path: Optional[Path] 
     if not path.exists():
         return {}
     try:
-        document = json.loads(path.read_text())
-    except ValueError as error:
-        raise PolicyConfigError(f"{path}: not valid JSON: {error}") from None
+        document = load_json(path, POLICY_CONFIG_MAX_BYTES, "POLICY_CONFIG_MAX_BYTES")
+    except InputFileError as error:
+        raise PolicyConfigError(str(error)) from None
     if not isinstance(document, dict):
         raise PolicyConfigError(f"{path}: expected an object keyed by policy name")
     known = {p.name for p in pack_policies()}

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from components.catalogs import catalog, vgpu_catalog
+from components.config import limits
 from components.config import (
     BRANCH,
     DCGM_FIELD,
@@ -80,12 +81,17 @@ def _kubernetes_minors() -> list[int]:
 
 def kubernetes_versions_pattern() -> str:
     # K8S_VERSION (v?1.<minor>(.<patch>)?) with the minors kubernetes-validate holds schemas for.
-    return r"^v?1\.(" + "|".join(str(m) for m in _kubernetes_minors()) + r")(\.\d+)?$"
+    return r"^v?1\.(" + "|".join(str(m) for m in _kubernetes_minors()) + r")(\.[0-9]+)?$"
 
 
 IMAGE_VERSION = {"pattern": _either(IMAGE_TAG.pattern, DIGEST.pattern), "not": {"const": "latest"}}
 DRIVER_VERSION = {"pattern": _either(FULL_DRIVER_VERSION.pattern, DIGEST.pattern)}
-COUNT_OR_PERCENT = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^([1-9][0-9]?|100)%$"}]}
+COUNT_OR_PERCENT = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": limits.MAX_UNAVAILABLE_COUNT},
+        {"type": "string", "pattern": r"^([1-9][0-9]?|100)%$"},
+    ]
+}
 LABEL_MAP = {"propertyNames": {"pattern": LABEL_KEY.pattern}, "additionalProperties": {"pattern": LABEL_VALUE.pattern}}
 DURATION = {"pattern": PROM_DURATION.pattern, "minLength": 1}
 ABSOLUTE_PATH = {"pattern": "^/"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
-import yaml
+from .inputfiles import CATALOG_MAX_BYTES, InputFileError, load_yaml
 
 CATALOG_PATH = Path(__file__).resolve().with_name("catalog.yaml")
 NVIDIA_DRIVER_REPOSITORY = "nvcr.io/nvidia/driver"
@@ -36,16 +36,16 @@ MAJOR_ONLY_OS = frozenset({"rhel", "rocky", "ol"})
 # Usable as a Kubernetes label value and a DNS-1123 subdomain (dots allowed, as in ubuntu22.04-...).
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 OS_ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-OS_VERSION = re.compile(r"^\d+(\.\d+)*$")
+OS_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 # `uname -r` as NFD publishes it in a label value: starts like 5.15.0, label-value characters only.
-KERNEL = re.compile(r"^\d+\.\d+\.\d+([-._A-Za-z0-9]*[A-Za-z0-9])?$")
+KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+([-._A-Za-z0-9]*[A-Za-z0-9])?$")
 # Ubuntu kernel releases: <major>.<minor>.<patch>-<abi>-<flavor>, e.g. 5.15.0-1068-aws, 6.8.0-60-generic-64k.
-UBUNTU_KERNEL = re.compile(r"^(?P<line>\d+\.\d+)\.\d+-\d+-(?P<flavor>[a-z0-9]+(-[a-z0-9]+)*)$")
-BRANCH = re.compile(r"^\d{3}$")
-LTS_LINE = re.compile(r"^\d+\.\d+$")
+UBUNTU_KERNEL = re.compile(r"^(?P<line>[0-9]+\.[0-9]+)\.[0-9]+-[0-9]+-(?P<flavor>[a-z0-9]+(-[a-z0-9]+)*)$")
+BRANCH = re.compile(r"^[0-9]{3}$")
+LTS_LINE = re.compile(r"^[0-9]+\.[0-9]+$")
 # host[:port]/path, lower case, without a tag or digest (the tag is always <branch>-<kernel>-<osTag>).
 REPOSITORY = re.compile(
-    r"^(?P<host>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:\d{1,5})?)"
+    r"^(?P<host>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?)"
     r"(?P<path>(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+)$"
 )
 IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -87,7 +87,7 @@ class PrecompiledMatrix:
             return f"NVIDIA builds precompiled images for branches {', '.join(self.branches)} only, not {branch}"
         if os_tag not in self.os:
             return f"NVIDIA builds precompiled images for {', '.join(self.os)} only, not {os_tag}"
-        match = UBUNTU_KERNEL.match(kernel)
+        match = UBUNTU_KERNEL.fullmatch(kernel)
         if not match:
             return f"kernel {kernel} is not an Ubuntu kernel release (<version>-<abi>-<flavor>)"
         line, flavor = match["line"], match["flavor"]
@@ -168,7 +168,7 @@ class Catalog:
 
 def _branch(branch: Branch) -> str:
     value = str(branch)
-    if isinstance(branch, bool) or not BRANCH.match(value):
+    if isinstance(branch, bool) or not BRANCH.fullmatch(value):
         raise ValueError(f"{branch!r} is not a driver branch such as 580 or 595")
     return value
 
@@ -234,7 +234,7 @@ def _string_list(
             hint = ' (quote it: YAML reads 5.15 or 22.04 as a number)' if isinstance(item, float) else ""
             problems.add(f"{where}[{index}]", f"must be a string, got {item!r}{hint}")
             continue
-        if pattern is not None and not pattern.match(item):
+        if pattern is not None and not pattern.fullmatch(item):
             problems.add(f"{where}[{index}]", f"{item!r} is not valid")
             continue
         if item in out:
@@ -310,7 +310,7 @@ def _repository_problem(value: str) -> Optional[str]:
         return f"{value!r} must be a repository without a tag: the tag is always <branch>-<kernel>-<osTag>"
     if "/" not in value:
         return f"{value!r} must name a registry host and a path, e.g. harbor.platform.internal/gpu-stack/driver"
-    if not REPOSITORY.match(value):
+    if not REPOSITORY.fullmatch(value):
         return f"{value!r} is not a registry repository (lower-case host[:port]/path)"
     return None
 
@@ -329,7 +329,7 @@ def _image(data: Any, index: int, matrix: PrecompiledMatrix, problems: _Problems
         if key not in data:
             problems.add(f"{where}: {key}", "is required")
 
-    if "name" in data and (not isinstance(name, str) or not NAME.match(name) or len(name) > 63):
+    if "name" in data and (not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 63):
         problems.add(
             f"{where}: name",
             f"{name!r} is not a name of at most 63 lower-case letters, digits, '-' and '.' "
@@ -344,7 +344,7 @@ def _image(data: Any, index: int, matrix: PrecompiledMatrix, problems: _Problems
         else:
             _unknown_keys(os_data, OS_KEYS, f"{where}: os.", problems)
             os_id, os_version = os_data.get("id"), os_data.get("version")
-            if not isinstance(os_id, str) or not OS_ID.match(os_id):
+            if not isinstance(os_id, str) or not OS_ID.fullmatch(os_id):
                 problems.add(f"{where}: os.id", f"{os_id!r} is not an os-release ID such as ubuntu or rhel")
             if isinstance(os_version, (int, float)) and not isinstance(os_version, bool):
                 problems.add(
@@ -352,11 +352,11 @@ def _image(data: Any, index: int, matrix: PrecompiledMatrix, problems: _Problems
                     f'must be a quoted string such as "22.04", got the number {os_version!r} '
                     "(YAML reads 24.10 as 24.1)",
                 )
-            elif not isinstance(os_version, str) or not OS_VERSION.match(os_version):
+            elif not isinstance(os_version, str) or not OS_VERSION.fullmatch(os_version):
                 problems.add(f"{where}: os.version", f"{os_version!r} is not an os-release VERSION_ID such as 22.04")
 
     kernel = data.get("kernel")
-    if "kernel" in data and (not isinstance(kernel, str) or not KERNEL.match(kernel) or len(kernel) > 63):
+    if "kernel" in data and (not isinstance(kernel, str) or not KERNEL.fullmatch(kernel) or len(kernel) > 63):
         problems.add(
             f"{where}: kernel",
             f"{kernel!r} is not a full kernel version as NFD reports kernel-version.full, e.g. 5.15.0-1068-aws",
@@ -419,7 +419,7 @@ def _cross_checks(images: list[NodeImage], branches: tuple[str, ...], problems: 
         unpublished = []
         for branch in branches:
             tag = precompiled_tag(image, branch)
-            if not IMAGE_TAG.match(tag):
+            if not IMAGE_TAG.fullmatch(tag):
                 problems.add(f"{where}: kernel", f"image tag {tag!r} is not a valid tag (at most 128 characters)")
             reason = unpublished_reason(image, branch)
             if reason is not None:
@@ -443,9 +443,9 @@ def load_catalog(path: Union[str, Path] = CATALOG_PATH) -> Catalog:
     path = Path(path)
     problems = _Problems()
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise CatalogError(path, [f"not valid YAML: {error}"]) from error
+        data = load_yaml(path, CATALOG_MAX_BYTES, "CATALOG_MAX_BYTES")
+    except InputFileError as error:
+        raise CatalogError(path, [str(error)]) from None
     if not isinstance(data, dict):
         raise CatalogError(path, [f"top level: must be a mapping, got {data!r}"])
     _unknown_keys(data, TOP_KEYS, "", problems)

@@ -150,10 +150,36 @@ def node_labels_changed(before: Config, after: Config) -> Expect:
 
 
 def dra_pools_changed(before: Config, after: Config) -> Expect:
-    """The DRA kubelet plugin and validator name the DRA pools they serve."""
+    """The DRA kubelet plugin and validator, and the DRA flavours of DCGM and its exporter, name the DRA pools they
+    serve."""
     if [p.name for p in loaded(before).dra_pools] == [p.name for p in loaded(after).dra_pools]:
         return Expect()
-    return Expect(update={obj(after, "DaemonSet", "nvidia-dra-driver-kubelet-plugin"), obj(after, "DaemonSet", "nvidia-dra-validator")})
+    names = ["nvidia-dra-driver-kubelet-plugin", "nvidia-dra-validator", "nvidia-dcgm-exporter-dra"]
+    if loaded(after).components.dcgm:
+        names.append("nvidia-dcgm-dra")
+    return Expect(update={obj(after, "DaemonSet", name) for name in names})
+
+
+DCGM_PLAIN_FLAVOUR = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+
+
+def dcgm_flavour_changed(before: Config, after: Config, stack: str) -> Expect:
+    """DCGM and its exporter run in their plain flavour while some container pool uses the device plugin (DRA pools
+    get the -dra flavour): the flavour's objects (DaemonSet, Service, RBAC, ServiceMonitor) come with the first such
+    pool and go with the last."""
+
+    def plain(config: Config) -> bool:
+        return any(p.allocation != "dra" for p in loaded(config).container_pools)
+
+    def flavour(config: Config) -> set[str]:
+        labels = {changes.identity(r) for r in render(config, stack=stack).registrations}
+        return {label for label in labels if label and label.rsplit("/", 1)[-1] in DCGM_PLAIN_FLAVOUR}
+
+    if plain(before) and not plain(after):
+        return Expect(delete=flavour(before))
+    if plain(after) and not plain(before):
+        return Expect(create=flavour(after))
+    return Expect()
 
 
 MPS_OBJECTS = ("ServiceAccount", "Role", "RoleBinding", "DaemonSet")
@@ -207,7 +233,10 @@ def expect_gates_only(before: Config, after: Config, stack: str) -> Expect:
 def expect_pool_added(before: Config, after: Config, stack: str) -> Expect:
     added = _pool_set(after) - _pool_set(before)
     expect = Expect(create={obj(after, "DaemonSet", daemonset_of(after)[p]) for p in added if p in daemonset_of(after)})
-    return expect | pools_document(after) | driver_daemonsets_listed(before, after) | gates_changed(before, after) | dra_pools_changed(before, after)
+    return (
+        expect | pools_document(after) | driver_daemonsets_listed(before, after) | gates_changed(before, after)
+        | dra_pools_changed(before, after) | dcgm_flavour_changed(before, after, stack)
+    )
 
 
 def expect_pool_removed(before: Config, after: Config, stack: str) -> Expect:
@@ -220,6 +249,7 @@ def expect_pool_removed(before: Config, after: Config, stack: str) -> Expect:
         | gates_changed(before, after)
         | sharing_changed(before, after, stack)
         | dra_pools_changed(before, after)
+        | dcgm_flavour_changed(before, after, stack)
     )
 
 

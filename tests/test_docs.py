@@ -56,3 +56,17 @@ def test_relative_links_and_anchors_resolve(page):
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+def test_the_readme_states_the_limits_the_config_enforces():
+    from components.config import limits
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    stated = {
+        f"{limits.MAX_NODE_POOLS} node pools", f"{limits.MAX_WAVES} waves", f"{limits.MAX_MIG_LAYOUTS} MIG layouts",
+        f"at most {limits.MAX_MIG_LAYOUT_ENTRIES} per-GPU entries", f"{limits.MAX_PULL_SECRETS} pull secrets",
+        f"{limits.MAX_TOLERATIONS} tolerations", f"{limits.MAX_ENV} env vars", f"{limits.MAX_ARGS} args per operand",
+        f"{limits.MAX_MAP_ENTRIES} entries in any label", f"{limits.ANNOTATIONS_MAX_BYTES // 1024} KiB of annotations",
+        f"{limits.MAX_EXTRA_METRICS} extra DCGM metrics", f"at most {limits.MAX_UNAVAILABLE_COUNT}",
+    }
+    assert not {s for s in stated if s not in text}, "README.md's limits differ from components/config/limits.py"

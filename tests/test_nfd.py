@@ -378,7 +378,7 @@ def test_the_migration_marks_only_the_nfd_release_retained(tmp_path, capsys):
     path.write_text("[]")
     assert nfd_migration.main([str(path)]) == 2 and "not a `pulumi stack export`" in capsys.readouterr().err
     path.write_bytes(b"\xff\xfe\x00binary")
-    assert nfd_migration.main([str(path)]) == 2 and "utf-8" in capsys.readouterr().err
+    assert nfd_migration.main([str(path)]) == 2 and "utf-8" in capsys.readouterr().err.lower()
 
 
 def test_deleting_the_old_release_is_dangerous_unless_retained():

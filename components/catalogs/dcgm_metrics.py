@@ -168,7 +168,7 @@ HEADER = """\
 
 
 def _check(metric: Metric) -> None:
-    if not _FIELD.match(metric.field):
+    if not _FIELD.fullmatch(metric.field):
         raise ValueError(f"{metric.field!r} is not a DCGM field name (DCGM_FI_...)")
     if metric.type not in TYPES:
         raise ValueError(f"{metric.field}: unknown metric type {metric.type!r} (expected one of {', '.join(TYPES)})")

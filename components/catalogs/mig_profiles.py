@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 # "<compute>g.<memory>gb" optionally followed by a qualifier: "+me", "-me", "+gfx", "+me.all".
-PROFILE_NAME = re.compile(r"^(?P<compute>[1-9]\d*)g\.(?P<memory>[1-9]\d*)gb(?P<qualifier>[-+][a-z.]+)?$")
+PROFILE_NAME = re.compile(r"^(?P<compute>[1-9][0-9]*)g\.(?P<memory>[1-9][0-9]*)gb(?P<qualifier>[-+][a-z.]+)?$")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ _TABLE: dict[str, tuple[int, int, dict[str, int], dict[str, int]]] = {
 
 def parse_profile(profile: str) -> tuple[int, int]:
     """(compute slices, memory GB) from a profile name such as `3g.40gb` or `1g.24gb+me.all`."""
-    match = PROFILE_NAME.match(profile)
+    match = PROFILE_NAME.fullmatch(profile)
     if not match:
         raise ValueError(f"malformed MIG profile name {profile!r}")
     return int(match["compute"]), int(match["memory"])

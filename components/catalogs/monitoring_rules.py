@@ -76,12 +76,12 @@ class AlertThresholds:
             if not 0 < getattr(self, name) <= 100:
                 raise ValueError(f"{name} must be in (0, 100], got {getattr(self, name)}")
         for name in ("utilization_for", "validator_not_ready_for"):
-            if not _DURATION.match(getattr(self, name)):
+            if not _DURATION.fullmatch(getattr(self, name)):
                 raise ValueError(f"{name} must be a Prometheus duration such as 30m, got {getattr(self, name)!r}")
 
 
 def _check_namespace(namespace: str) -> None:
-    if not _NAMESPACE.match(namespace) or len(namespace) > 63:
+    if not _NAMESPACE.fullmatch(namespace) or len(namespace) > 63:
         raise ValueError(f"{namespace!r} is not a Kubernetes namespace name")
 
 

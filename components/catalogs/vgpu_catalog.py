@@ -51,9 +51,9 @@ MIG_ATTRIBUTES = ("ME", "NOME", "MEALL", "GFX")
 
 # Time-sliced: <board>-<framebuffer GB><series>, where the board may carry letter-only suffixes ("RTX6000-Ada").
 # MIG-backed: <board>-<GPU instance slices>-<framebuffer GB><series>[attribute]. 0 GB stands for 512 MB.
-_TIME_SLICED = re.compile(r"^(?P<gpu>[A-Z0-9]+(?:-[A-Za-z]+)*)-(?P<gb>0|[1-9]\d*)(?P<series>[ABCQ])$")
+_TIME_SLICED = re.compile(r"^(?P<gpu>[A-Z0-9]+(?:-[A-Za-z]+)*)-(?P<gb>0|[1-9][0-9]*)(?P<series>[ABCQ])$")
 _MIG_BACKED = re.compile(
-    r"^(?P<gpu>[A-Z0-9]+)-(?P<slices>[1-9])-(?P<gb>0|[1-9]\d*)(?P<series>[ABCQ])(?P<attr>MEALL|NOME|ME|GFX)?$"
+    r"^(?P<gpu>[A-Z0-9]+)-(?P<slices>[1-9])-(?P<gb>0|[1-9][0-9]*)(?P<series>[ABCQ])(?P<attr>MEALL|NOME|ME|GFX)?$"
 )
 _PCI_ID = re.compile(r"^0x[0-9A-F]{4}$")
 
@@ -74,10 +74,10 @@ class VgpuType:
 
 def parse_type(name: str) -> VgpuType:
     """A vGPU type name split into its parts; ValueError when the vGPU device manager would refuse it."""
-    match = _TIME_SLICED.match(name)
+    match = _TIME_SLICED.fullmatch(name)
     if match:
         return VgpuType(name, match["gpu"], 0, int(match["gb"]), match["series"])
-    match = _MIG_BACKED.match(name)
+    match = _MIG_BACKED.fullmatch(name)
     if match:
         return VgpuType(name, match["gpu"], int(match["slices"]), int(match["gb"]), match["series"], match["attr"] or "")
     raise ValueError(f"{name!r} is not a vGPU type name (<board>-<GB><series> or <board>-<slices>-<GB><series>[attr])")
@@ -87,7 +87,7 @@ def normalize_pci_id(pci_id: str) -> str:
     """"0x20b5" / "20B5" -> "0x20B5", the spelling of catalog.GPU_MODELS."""
     digits = pci_id[2:] if pci_id[:2].lower() == "0x" else pci_id
     normalized = "0x" + digits.upper()
-    if not _PCI_ID.match(normalized):
+    if not _PCI_ID.fullmatch(normalized):
         raise ValueError(f"{pci_id!r} is not a 16-bit PCI device id")
     return normalized
 

@@ -8,11 +8,12 @@ from typing import Literal, Optional, Union
 from pydantic import Field, StrictBool, field_validator
 
 from components.catalogs import catalog
+from components.config import limits
 from components.config.base import (
-    DNS_SUBDOMAIN,
     K8S_VERSION,
-    LABEL_KEY,
     REGISTRY,
+    Toleration,
+    _annotation_map,
     _count_or_percent,
     _dns_label,
     _full_driver_version,
@@ -20,6 +21,9 @@ from components.config.base import (
     _label_map,
     _Model,
     _pinned_image,
+    dns_subdomain_problem,
+    parse_image,
+    shown,
 )
 
 
@@ -33,7 +37,7 @@ class Cluster(_Model):
     name: str
     context: str = Field(min_length=1)
     kubeconfig: Optional[str] = None
-    kubernetes_versions: list[str] = Field(min_length=1)
+    kubernetes_versions: list[str] = Field(min_length=1, max_length=limits.MAX_KUBERNETES_VERSIONS)
     container_runtime: Literal["containerd", "cri-o"] = "containerd"
     namespace: str = "gpu-operator"
 
@@ -46,11 +50,23 @@ class Cluster(_Model):
         allowed = ", ".join(f"1.{m}" for m in minors)
         normalised = []
         for version in versions:
-            match = K8S_VERSION.match(version)
+            match = K8S_VERSION.fullmatch(version)
             if not match or int(match.group(1)) not in minors:
-                raise ValueError(f"{version!r} cannot be validated against; allowed values: {allowed}")
+                raise ValueError(f"{shown(version)} cannot be validated against; allowed values: {allowed}")
             normalised.append(f"1.{match.group(1)}")
         return sorted(set(normalised), key=lambda v: int(v.split(".")[1]))
+
+
+def registry_problem(value: str) -> Optional[str]:
+    """Why `value` is not a registry host[:port][/path] images can be pulled from, or None: the pattern, then the
+    reference grammar on an image below it (lower-case, lengths), as the kubelet would parse it."""
+    if not REGISTRY.fullmatch(value):
+        return f"{shown(value)} is not a registry host[:port][/path]"
+    try:
+        parse_image(f"{value}/image:tag")
+    except ValueError:
+        return f"{shown(value)} is not a registry host[:port][/path] an image reference can start with"
+    return None
 
 
 class RegistryCredentials(_Model):
@@ -64,29 +80,29 @@ class RegistryCredentials(_Model):
     @field_validator("server")
     @classmethod
     def _server(cls, value: str) -> str:
-        if not REGISTRY.match(value) or "/" in value:
-            raise ValueError(f"{value!r} is not a registry host[:port], e.g. nvcr.io or harbor.internal:8443")
+        if "/" in value or registry_problem(value):
+            raise ValueError(f"{shown(value)} is not a registry host[:port], e.g. nvcr.io or harbor.internal:8443")
         return value
 
 
 class Registry(_Model):
     override: Optional[str] = None
-    pull_secrets: list[str] = []
+    pull_secrets: list[str] = Field(default=[], max_length=limits.MAX_PULL_SECRETS)
     credentials: Optional[RegistryCredentials] = None
 
     @field_validator("override")
     @classmethod
     def _registry(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not REGISTRY.match(value):
-            raise ValueError(f"{value!r} is not a registry host[:port][/path], e.g. registry.internal:5000/mirror")
+        if value is not None and registry_problem(value):
+            raise ValueError(f"{registry_problem(value)}, e.g. registry.internal:5000/mirror")
         return value
 
     @field_validator("pull_secrets")
     @classmethod
     def _secret_names(cls, names: list[str]) -> list[str]:
         for name in names:
-            if not DNS_SUBDOMAIN.match(name):
-                raise ValueError(f"{name!r} is not a valid Secret name (DNS-1123 subdomain)")
+            if dns_subdomain_problem(name):
+                raise ValueError(f"{shown(name)} is not a valid Secret name (DNS-1123 subdomain, at most 253)")
         return names
 
 
@@ -145,8 +161,14 @@ class Versions(_Model):
 
 
 def _absolute_path(value: Optional[str]) -> Optional[str]:
-    if value is not None and (not value.startswith("/") or "//" in value or value.endswith("/") and value != "/"):
-        raise ValueError(f"{value!r} is not an absolute, normalised host path")
+    if value is not None and (
+        not value.startswith("/")
+        or "//" in value
+        or value.endswith("/") and value != "/"
+        or len(value) > 4096
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        raise ValueError(f"{shown(value)} is not an absolute, normalised host path (no whitespace, at most 4096)")
     return value
 
 
@@ -201,17 +223,27 @@ class Nfd(_Model):
 # agent that reads it. An older agent refuses it and changes no label, so a stack would apply cleanly and then never
 # label a node: refused here, where the tag says so (a digest cannot be judged and is taken on trust).
 MIN_NODE_AGENT_VERSION = (0, 4, 0)
-_SEMVER_TAG = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?")
+_SEMVER_TAG = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:[-+].*)?")
+
+
+def image_semver(image: str) -> Optional[tuple[tuple[int, int, int], str]]:
+    """The semantic version an image's tag names, and the tag; None for a digest-pinned image or another tag."""
+    ref = parse_image(image)
+    found = _SEMVER_TAG.fullmatch(ref.tag) if ref.tag and ref.digest is None else None
+    if found is None:
+        return None
+    major, minor, patch = (int(part) for part in found.groups())
+    return (major, minor, patch), found.group(0)
 
 
 def _agent_version(value: Optional[str]) -> Optional[str]:
-    if value is None or "@" in value:
+    if value is None:
         return value
-    found = _SEMVER_TAG.fullmatch(value.rpartition(":")[2])
-    if found and tuple(int(part) for part in found.groups()) < MIN_NODE_AGENT_VERSION:
+    found = image_semver(value)
+    if found and found[0] < MIN_NODE_AGENT_VERSION:
         minimum = ".".join(map(str, MIN_NODE_AGENT_VERSION))
         raise ValueError(
-            f"node agent {found.group(0)} cannot read the version-2 node-pools document this program writes; "
+            f"node agent {found[1]} cannot read the version-2 node-pools document this program writes; "
             f"use {minimum} or later (node_images/node-agent)"
         )
     return value
@@ -225,38 +257,27 @@ class NodeAgent(_Model):
     _new_enough = field_validator("image")(_agent_version)
 
 
-class Toleration(_Model):
-    key: Optional[str] = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: Optional[str] = None
-    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
-
-
 class DaemonSets(_Model):
     priority_class_name: str = "system-node-critical"
-    tolerations: list[Toleration] = [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+    tolerations: list[Toleration] = Field(
+        default=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")], max_length=limits.MAX_TOLERATIONS
+    )
     update_strategy: Literal["RollingUpdate", "OnDelete"] = "RollingUpdate"
     max_unavailable: Union[int, str] = 1
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 
-    _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
+    # Before pydantic coerces: YAML's true would become the count 1, and 2.0 the count 2.
+    _max_unavailable = field_validator("max_unavailable", mode="before")(_count_or_percent)
 
     @field_validator("priority_class_name")
     @classmethod
     def _priority_class(cls, value: str) -> str:
-        if not DNS_SUBDOMAIN.match(value):
-            raise ValueError(f"{value!r} is not a PriorityClass name (DNS-1123 subdomain)")
+        if dns_subdomain_problem(value):
+            raise ValueError(f"{shown(value)} is not a PriorityClass name (DNS-1123 subdomain, at most 253)")
         return value
 
-    @field_validator("annotations")
-    @classmethod
-    def _annotations(cls, annotations: dict[str, str]) -> dict[str, str]:
-        for key in annotations:
-            if not LABEL_KEY.match(key):
-                raise ValueError(f"{key!r} is not a valid annotation key")
-        return annotations
-
+    _annotations = field_validator("annotations")(_annotation_map)
     _labels = field_validator("labels")(_label_map)
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, StrictBool, field_validator
 
-from components.config.base import NAMESPACE, _Model
+from components.config.base import NAMESPACE, _Model, shown
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -62,11 +62,10 @@ class Dra(_Model):
     @classmethod
     def _gates(cls, gates: dict[str, bool]) -> dict[str, bool]:
         for name in gates:
-            shown = name if len(name) <= 64 else name[:61] + "..."
-            if not FEATURE_GATE_NAME.match(name):
-                raise ValueError(f"{shown!r} is not a feature gate name (CamelCase, such as MPSSupport)")
+            if not FEATURE_GATE_NAME.fullmatch(name):
+                raise ValueError(f"{shown(name)} is not a feature gate name (CamelCase, such as MPSSupport)")
             if name not in KNOWN_FEATURE_GATES:
-                raise ValueError(f"{shown!r} is not a gate of the DRA driver; known gates: {', '.join(KNOWN_FEATURE_GATES)}")
+                raise ValueError(f"{shown(name)} is not a gate of the DRA driver; known gates: {', '.join(KNOWN_FEATURE_GATES)}")
         return gates
 
     def gate(self, name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
-from components.config.base import DNS_LABEL, DNS_SUBDOMAIN, NAMESPACE, _Model
+from components.config.base import DNS_LABEL, DNS_SUBDOMAIN, NAMESPACE, _Model, shown
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -51,14 +51,14 @@ DRIVER_MOUNT_PATHS = frozenset(
 
 
 def _object_name(value: Optional[str]) -> Optional[str]:
-    if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 253):
+    if value is not None and (not DNS_SUBDOMAIN.fullmatch(value) or len(value) > 253):
         raise ValueError(f"{value[:80]!r} is not a Kubernetes object name (DNS-1123 subdomain, at most 253)")
     return value
 
 
 def _volume_source_name(value: str) -> str:
     # NVIDIA names the volume after the ConfigMap (createConfigMapVolume), so the name must also be a volume name.
-    if not DNS_LABEL.match(value) or len(value) > 63:
+    if not DNS_LABEL.fullmatch(value) or len(value) > 63:
         raise ValueError(
             f"{value[:80]!r} is not usable: the driver pod's volume takes the ConfigMap's name, which must then be a "
             "DNS-1123 label (lower-case letters, digits and '-', at most 63)"
@@ -68,7 +68,7 @@ def _volume_source_name(value: str) -> str:
 
 def _files(value: list[str]) -> list[str]:
     for key in value:
-        if not CONFIG_KEY.match(key) or key in (".", "..") or len(key) > 253:
+        if not CONFIG_KEY.fullmatch(key) or key.startswith("..") or key == "." or len(key) > 253:
             raise ValueError(f"{key[:80]!r} is not a ConfigMap key (letters, digits, '-', '_', '.')")
     if len(set(value)) != len(value):
         raise ValueError("lists a key twice")
@@ -174,10 +174,10 @@ class ExtraVolume(_Model):
     @field_validator("name")
     @classmethod
     def _volume_name(cls, value: str) -> str:
-        if not DNS_LABEL.match(value) or len(value) > 63:
+        if not DNS_LABEL.fullmatch(value) or len(value) > 63:
             raise ValueError(f"{value[:80]!r} is not a volume name (DNS-1123 label, at most 63)")
         if value in RESERVED_VOLUMES:
-            raise ValueError(f"{value!r} is a volume of the driver pod already; reserved: {', '.join(sorted(RESERVED_VOLUMES))}")
+            raise ValueError(f"{shown(value)} is a volume of the driver pod already; reserved: {', '.join(sorted(RESERVED_VOLUMES))}")
         return value
 
     @field_validator("mount_path")

@@ -17,6 +17,7 @@ from components.config.base import (
     _Model,
     _set_aliases,
     node_images,
+    shown,
 )
 from components.config.driver_extensions import (
     ExtraVolume,
@@ -103,8 +104,8 @@ class PoolDriver(_Model):
     @classmethod
     def _daemonset_name(cls, value: Optional[str]) -> Optional[str]:
         # The name is also the pods' `app` label value: a DNS subdomain of at most 63 characters.
-        if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 63):
-            raise ValueError(f"{value!r} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)")
+        if value is not None and (not DNS_SUBDOMAIN.fullmatch(value) or len(value) > 63):
+            raise ValueError(f"{shown(value)} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)")
         return value
 
 
@@ -232,7 +233,7 @@ def _driver_daemonset_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                 problems.append(
                     (
                         f"{NAMESPACE}:nodePools[{index[other.name]}].driver.daemonSetName",
-                        f"pools {first.name!r} and {other.name!r} share driver DaemonSet {name!r} but run different drivers "
+                        f"pools {first.name!r} and {other.name!r} share driver DaemonSet {shown(name)} but run different drivers "
                         "(mode, version, module type, OS, kernel or allocation): one DaemonSet runs one image; give one "
                         "of them a daemonSetName of its own",
                     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pydantic import StrictBool
 
 from components.catalogs import catalog
-from components.config.base import NAMESPACE, _Model
+from components.config.base import DIGEST, NAMESPACE, _Model
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -41,8 +41,8 @@ class GpuDirect(_Model):
 
 def gds_needs_open_modules(gds_version: str) -> bool:
     """A digest hides the release; every nvidia-fs NVIDIA still publishes needs the open modules, so assume so."""
-    numbers = re.findall(r"\d+", gds_version.split("-")[0])
-    if gds_version.startswith("sha256:") or len(numbers) < 3:
+    numbers = re.findall(r"[0-9]+", gds_version.split("-")[0])
+    if DIGEST.fullmatch(gds_version) or len(numbers) < 3:
         return True
     return tuple(int(n) for n in numbers[:3]) >= catalog.GDS_MIN_VERSION_FOR_OPEN_MODULES
 

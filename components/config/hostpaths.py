@@ -12,7 +12,7 @@ import re
 from pydantic import Field, field_validator
 
 from components.catalogs import consts
-from components.config.base import NAMESPACE, _Model
+from components.config.base import NAMESPACE, _Model, shown
 
 # An absolute, normalised path of plain name characters: it becomes a hostPath, an env value and, for the kubelet
 # root, part of other paths, so no '.'/'..' segment, no doubled or trailing '/', no spaces, quotes or globs.
@@ -23,12 +23,11 @@ SYSTEM_DIRS = consts.SYSTEM_DIRS
 
 
 def _host_path(value: str) -> str:
-    shown = value if len(value) <= 80 else value[:77] + "..."
     if len(value) > MAX_PATH:
-        raise ValueError(f"{shown!r} is longer than {MAX_PATH} characters")
-    if not HOST_PATH.match(value) or any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{shown(value)} is longer than {MAX_PATH} characters")
+    if not HOST_PATH.fullmatch(value) or any(part in (".", "..") for part in value.split("/")):
         raise ValueError(
-            f"{shown!r} is not an absolute, normalised host path (/a/b: letters, digits and . _ + @ -; no '..', no "
+            f"{shown(value)} is not an absolute, normalised host path (/a/b: letters, digits and . _ + @ -; no '..', no "
             "trailing '/')"
         )
     return value
@@ -38,7 +37,7 @@ def _outside_system_dirs(value: str) -> str:
     for system in SYSTEM_DIRS:
         if value == system or value.startswith(system + "/"):
             raise ValueError(
-                f"{value!r} is inside {system}, which the kernel or the OS owns; pick a directory outside "
+                f"{shown(value)} is inside {system}, which the kernel or the OS owns; pick a directory outside "
                 f"{', '.join(SYSTEM_DIRS)}"
             )
     return value
@@ -126,11 +125,11 @@ def _toolkit_path_checks(cfg) -> list[tuple[str, str]]:
                 _not_root_or_system(value)
             elif value.rpartition("/")[0] == "":
                 raise ValueError(
-                    f"{value!r} is a file directly under /: its directory, the whole host, would be mounted "
+                    f"{shown(value)} is a file directly under /: its directory, the whole host, would be mounted "
                     "read-write; use the runtime's own directory"
                 )
             elif key != "runtimeSocket" and cfg.cluster.container_runtime == "containerd" and not value.endswith(".toml"):
-                raise ValueError(f"{value!r}: containerd reads TOML; name a .toml file")
+                raise ValueError(f"{shown(value)}: containerd reads TOML; name a .toml file")
         except ValueError as error:
             problems.append((f"{NAMESPACE}:toolkit.{key}", str(error)))
     if toolkit.runtime_config is not None and toolkit.runtime_config == toolkit.runtime_drop_in_config:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from components.catalogs import dcgm_metrics
-from components.config.base import NAMESPACE, _label_map, _Model, _set_aliases
+from components.config import limits
+from components.config.base import NAMESPACE, _label_map, _Model, _set_aliases, shown
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -29,8 +30,8 @@ class DcgmMetric(_Model):
     @field_validator("field")
     @classmethod
     def _field(cls, value: str) -> str:
-        if not DCGM_FIELD.match(value):
-            raise ValueError(f"{value!r} is not a DCGM field name such as DCGM_FI_DEV_POWER_VIOLATION")
+        if not DCGM_FIELD.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not a DCGM field name such as DCGM_FI_DEV_POWER_VIOLATION")
         return value
 
     @field_validator("help")
@@ -43,10 +44,10 @@ class DcgmMetric(_Model):
 
 # The exporter's own listen address: any address of the pod (empty, 0.0.0.0 or [::]) and a port. A host part that
 # names one interface would leave the kubelet's probes and the Service, which reach the pod IP, without an answer.
-LISTEN_ADDRESS = re.compile(r"^(?:0\.0\.0\.0|\[::\])?:(?P<port>[1-9]\d{0,4})$")
+LISTEN_ADDRESS = re.compile(r"^(?:0\.0\.0\.0|\[::\])?:(?P<port>[1-9][0-9]{0,4})$")
 # A DCGM host engine: DNS name, IPv4 address or bracketed IPv6 address, and a port (DCGM_REMOTE_HOSTENGINE_INFO).
 HOSTENGINE = re.compile(
-    r"^(?P<host>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9A-Fa-f:.]+\]):(?P<port>[1-9]\d{0,4})$"
+    r"^(?P<host>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9A-Fa-f:.]+\]):(?P<port>[1-9][0-9]{0,4})$"
 )
 # An absolute, normalised path of plain characters (no `.` or `..` segment): a file in the image or a host directory.
 PLAIN_PATH = re.compile(r"^(/[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*)+$")
@@ -57,15 +58,15 @@ MAX_REGEX_LENGTH = 256
 
 
 def _port_in_range(value: str, pattern: re.Pattern[str], example: str) -> str:
-    match = pattern.match(value)
+    match = pattern.fullmatch(value)
     if not match or not 1 <= int(match["port"]) <= 65535:
-        raise ValueError(f"{value!r} is not {example}")
+        raise ValueError(f"{shown(value)} is not {example}")
     return value
 
 
 def _plain_path(value: Optional[str]) -> Optional[str]:
-    if value is not None and (not PLAIN_PATH.match(value) or any(part in (".", "..") for part in value.split("/"))):
-        raise ValueError(f"{value!r} is not an absolute, normalised path such as /etc/dcgm-exporter/default-counters.csv")
+    if value is not None and (not PLAIN_PATH.fullmatch(value) or any(part in (".", "..") for part in value.split("/"))):
+        raise ValueError(f"{shown(value)} is not an absolute, normalised path such as /etc/dcgm-exporter/default-counters.csv")
     return value
 
 
@@ -90,7 +91,7 @@ class HpcJobMapping(_Model):
 class DcgmExporter(_Model):
     # Fields added to gpu-stack's metrics CSV (components/catalogs/dcgm_metrics.py), which already holds what the
     # alerts and the dashboard read.
-    extra_metrics: list[DcgmMetric] = []
+    extra_metrics: list[DcgmMetric] = Field(default=[], max_length=limits.MAX_EXTRA_METRICS)
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
     enable_pod_labels: StrictBool = Field(
         default=False,
@@ -178,7 +179,7 @@ class DcgmExporter(_Model):
 
     @property
     def port(self) -> int:
-        match = LISTEN_ADDRESS.match(self.listen_address)
+        match = LISTEN_ADDRESS.fullmatch(self.listen_address)
         assert match is not None  # validated
         return int(match["port"])
 
@@ -189,21 +190,41 @@ class DcgmExporter(_Model):
 
 
 # Prometheus' own duration grammar: units from largest to smallest, each at most once.
-PROM_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+# At most 9 digits a unit, so no number grows past what Prometheus' int64 milliseconds hold.
+PROM_DURATION = re.compile(r"^(?:([0-9]{1,9})y)?(?:([0-9]{1,9})w)?(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?(?:([0-9]{1,9})ms)?$")
 _DURATION_UNITS_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1_000, 1)
 
 
 def duration_ms(value: str) -> int:
-    match = PROM_DURATION.match(value)
+    match = PROM_DURATION.fullmatch(value)
     if not value or not match:
-        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 15m or 1h30m")
+        raise ValueError(f"{shown(value)} is not a Prometheus duration such as 30s, 15m or 1h30m")
     return sum(int(n) * unit for n, unit in zip(match.groups(), _DURATION_UNITS_MS, strict=True) if n)
 
 
-def _duration(value: str) -> str:
-    if duration_ms(value) == 0:
-        raise ValueError(f"{value!r} is zero; give a positive duration such as 30s")
-    return value
+def _bounded_duration(limit_ms: int, limit_name: str):
+    """A validator: a positive Prometheus duration of at most `limit_ms`."""
+
+    def check(value: str) -> str:
+        ms = duration_ms(value)
+        if ms == 0:
+            raise ValueError(f"{shown(value)} is zero; give a positive duration such as 30s")
+        if ms > limit_ms:
+            raise ValueError(f"{shown(value)} is longer than {_format_ms(limit_ms)} (limits.{limit_name})")
+        return value
+
+    return check
+
+
+def _format_ms(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+_duration = _bounded_duration(limits.MAX_ALERT_DURATION_MS, "MAX_ALERT_DURATION_MS")
+_scrape_duration = _bounded_duration(limits.MAX_SCRAPE_DURATION_MS, "MAX_SCRAPE_DURATION_MS")
 
 
 class ServiceMonitorSettings(_Model):
@@ -212,7 +233,7 @@ class ServiceMonitorSettings(_Model):
     # Labels a Prometheus `serviceMonitorSelector` matches, e.g. release: kube-prometheus-stack.
     additional_labels: dict[str, str] = {}
 
-    _durations = field_validator("interval", "scrape_timeout")(_duration)
+    _durations = field_validator("interval", "scrape_timeout")(_scrape_duration)
     _labels = field_validator("additional_labels")(_label_map)
 
     @model_validator(mode="after")

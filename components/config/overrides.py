@@ -9,13 +9,16 @@ it would silently do nothing, and a reviewer reading the stack file would believ
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from components.catalogs import catalog
 from components.catalogs import operand_overrides as operand_targets
+from components.config import limits
 from components.config.base import (
     DIGEST,
     DNS_SUBDOMAIN,
@@ -24,10 +27,18 @@ from components.config.base import (
     LABEL_VALUE,
     NAMESPACE,
     REGISTRY,
+    Toleration,
+    _annotation_map,
     _image_version,
     _Model,
     _pinned_image,
+    dns_subdomain_problem,
+    label_value_problem,
+    parse_image,
+    qualified_name_problem,
+    shown,
 )
+from components.config.cluster import registry_problem
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -45,10 +56,9 @@ STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 HUGEPAGES = re.compile(r"^hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 # An image name below a repository: lower-case path components (distribution/reference's path grammar).
 IMAGE_NAME = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # Pod labels the DaemonSet selector and the operator's bookkeeping depend on (never overridden by the operator).
 RESERVED_LABELS = ("app", "app.kubernetes.io/part-of")
-ANNOTATIONS_MAX_BYTES = 256 * 1024
+ANNOTATIONS_MAX_BYTES = limits.ANNOTATIONS_MAX_BYTES
 
 # What the validators below check, as JSON Schema keywords, so editors and the generated reference show it.
 _QUANTITY_VALUE = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": QUANTITY.pattern}]}
@@ -58,7 +68,7 @@ _VERSION = {"pattern": f"^(?:{IMAGE_TAG.pattern[1:-1]}|{DIGEST.pattern[1:-1]})$"
 
 def parse_quantity(value: str) -> Optional[Decimal]:
     """The quantity's value, or None when the API server would refuse it."""
-    match = QUANTITY.match(value)
+    match = QUANTITY.fullmatch(value)
     if not match:
         return None
     number, suffix = match.group(1), match.group(2) or ""
@@ -73,19 +83,8 @@ def parse_quantity(value: str) -> Optional[Decimal]:
     return base.scaleb(int(suffix[1:]))
 
 
-def qualified_name_problem(key: str) -> Optional[str]:
-    """Why `key` is not a Kubernetes qualified name (label and annotation keys: IsQualifiedName), or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
-        return f"{key!r}: the prefix before '/' must be a DNS subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not QUALIFIED_NAME.match(name):
-        return f"{key!r}: the name must be 1-63 characters of letters, digits, '-', '_' and '.', alphanumeric at both ends"
-    return None
-
-
 def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shown(value)
 
 
 class EnvVar(_Model):
@@ -98,23 +97,27 @@ class EnvVar(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
+        if not ENV_NAME.fullmatch(value):
             raise ValueError(f"{_shown(value)} is not an env var name (a C identifier such as LOG_LEVEL)")
         return value
 
 
 def _quantities(values: dict[str, Union[int, float, str]]) -> dict[str, str]:
     checked: dict[str, str] = {}
+    if len(values) > limits.MAX_MAP_ENTRIES:
+        raise ValueError(f"{len(values)} resources; at most {limits.MAX_MAP_ENTRIES} (limits.MAX_MAP_ENTRIES)")
     for resource, raw in values.items():
-        if resource not in STANDARD_RESOURCES and not HUGEPAGES.match(resource) and "/" not in resource:
+        if not isinstance(resource, str):
+            raise ValueError(f"{_shown(resource)} is not a resource name")
+        if resource not in STANDARD_RESOURCES and not HUGEPAGES.fullmatch(resource) and "/" not in resource:
             raise ValueError(
                 f"{_shown(resource)} is not a container resource: use cpu, memory, ephemeral-storage, hugepages-<size> "
                 "or a domain-prefixed extended resource such as example.com/foo"
             )
         if "/" in resource and qualified_name_problem(resource):
             raise ValueError(f"{_shown(resource)} is not a resource name ({qualified_name_problem(resource)})")
-        if isinstance(raw, bool):
-            raise ValueError(f"{resource}: got {raw!r}; expected a quantity such as 100m, 1 or 256Mi")
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)) or isinstance(raw, float) and not math.isfinite(raw):
+            raise ValueError(f"{resource}: got {_shown(raw)}; expected a quantity such as 100m, 1 or 256Mi")
         text = str(raw)
         quantity = parse_quantity(text)
         if quantity is None:
@@ -151,40 +154,13 @@ class Resources(_Model):
             wanted, allowed = parse_quantity(request), parse_quantity(limit) if limit is not None else None
             if allowed is not None and wanted > allowed:  # type: ignore[operator]
                 raise ValueError(f"requests.{resource} ({request}) is above limits.{resource} ({limit})")
-            if ("/" in resource or HUGEPAGES.match(resource)) and wanted != allowed:
+            if ("/" in resource or HUGEPAGES.fullmatch(resource)) and wanted != allowed:
                 raise ValueError(f"requests.{resource}: {resource} is not overcommitted; give it a limit equal to the request")
         return self
 
 
-class OperandToleration(_Model):
-    key: Optional[str] = Field(
-        default=None,
-        description="Taint key; empty with operator Exists tolerates every taint.",
-        json_schema_extra={"pattern": LABEL_KEY.pattern},
-    )
-    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists (any value) or Equal (value must match).")
-    value: Optional[str] = Field(default=None, description="Taint value, with operator Equal only.")
-    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
-        default=None, description="Taint effect tolerated; empty tolerates every effect."
-    )
-    toleration_seconds: Optional[int] = Field(
-        default=None, ge=0, description="How long a NoExecute taint is tolerated before eviction; NoExecute only."
-    )
-
-    @model_validator(mode="after")
-    def _combination(self) -> "OperandToleration":
-        # validateTolerations (pkg/apis/core/validation/validation.go)
-        if self.key is not None and qualified_name_problem(self.key):
-            raise ValueError(f"key {qualified_name_problem(self.key)}")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration without a key must use operator Exists (it then tolerates every taint)")
-        if self.operator == "Exists" and self.value:
-            raise ValueError("operator Exists takes no value; use operator Equal to match a value")
-        if self.value and not LABEL_VALUE.match(self.value):
-            raise ValueError(f"value {_shown(self.value)} is not a valid taint value (a label value)")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds applies to effect NoExecute only")
-        return self
+# daemonsets.tolerations and operands.<x>.tolerations take the same, fully checked toleration.
+OperandToleration = Toleration
 
 
 class OperandOverride(_Model):
@@ -192,12 +168,18 @@ class OperandOverride(_Model):
 
     env: list[EnvVar] = Field(
         default=[],
+        max_length=limits.MAX_ENV,
         description=(
             "Env vars merged over NVIDIA's env on the operand's own container(s): a name it already sets takes this "
             "value, a new one is appended. Names gpu-stack derives from another key are refused with that key."
         ),
     )
-    args: list[str] = Field(default=[], description="Replaces the arguments of the operand's own container(s).")
+    args: list[str] = Field(
+        default=[],
+        max_length=limits.MAX_ARGS,
+        description="Replaces the arguments of the operand's own container(s).",
+        json_schema_extra={"items": {"type": "string", "maxLength": limits.MAX_ARG_LENGTH}},
+    )
     resources: Optional[Resources] = Field(
         default=None, description="Replaces the requests and limits of the operand's own container(s)."
     )
@@ -206,6 +188,7 @@ class OperandOverride(_Model):
     )
     image_pull_secrets: list[str] = Field(
         default=[],
+        max_length=limits.MAX_PULL_SECRETS,
         description="Secret names added to the stack's registry.pullSecrets in the operand's pods.",
         json_schema_extra={"items": {"type": "string", **_PRIORITY_CLASS}},
     )
@@ -245,7 +228,9 @@ class OperandOverride(_Model):
         json_schema_extra=_PRIORITY_CLASS,
     )
     tolerations: list[OperandToleration] = Field(
-        default=[], description="Appended to daemonsets.tolerations for this operand's pods."
+        default=[],
+        max_length=limits.MAX_TOLERATIONS,
+        description="Appended to daemonsets.tolerations for this operand's pods.",
     )
 
     @field_validator("version")
@@ -263,11 +248,19 @@ class OperandOverride(_Model):
             seen.add(var.name)
         return values
 
+    @field_validator("args")
+    @classmethod
+    def _args(cls, values: list[str]) -> list[str]:
+        for i, arg in enumerate(values):
+            if len(arg) > limits.MAX_ARG_LENGTH:
+                raise ValueError(f"args[{i}] has {len(arg)} characters; at most {limits.MAX_ARG_LENGTH} (limits.MAX_ARG_LENGTH)")
+        return values
+
     @field_validator("image_pull_secrets")
     @classmethod
     def _secret_names(cls, values: list[str]) -> list[str]:
         for name in values:
-            if not DNS_SUBDOMAIN.match(name) or len(name) > 253:
+            if dns_subdomain_problem(name):
                 raise ValueError(f"{_shown(name)} is not a Secret name (DNS-1123 subdomain)")
         if len(set(values)) != len(values):
             raise ValueError("a Secret is named twice")
@@ -276,7 +269,7 @@ class OperandOverride(_Model):
     @field_validator("repository")
     @classmethod
     def _repository(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not REGISTRY.match(value):
+        if value is not None and registry_problem(value):
             raise ValueError(f"{_shown(value)} is not a registry path such as nvcr.io/nvidia or harbor.example.com:5000/gpu")
         return value
 
@@ -285,7 +278,7 @@ class OperandOverride(_Model):
     def _image(cls, value: Optional[str]) -> Optional[str]:
         if value is None:
             return value
-        if IMAGE_NAME.match(value):
+        if IMAGE_NAME.fullmatch(value):
             first = value.split("/")[0]
             if "/" in value and ("." in first or first == "localhost"):
                 raise ValueError(
@@ -293,8 +286,8 @@ class OperandOverride(_Model):
                 )
             return value
         if ":" in value or "@" in value:
-            if "/" not in value.split("@")[0]:
-                # the kubelet would pull a bare name from Docker Hub
+            if parse_image(value).domain is None:
+                # the kubelet would pull a name without a registry host from Docker Hub
                 raise ValueError(f"{_shown(value)}: a full reference names its registry, e.g. harbor.example.com/nvidia/gfd:v1")
             return _pinned_image(value)
         raise ValueError(f"{_shown(value)} is neither an image name (lower-case path) nor a full pinned image reference")
@@ -302,31 +295,27 @@ class OperandOverride(_Model):
     @field_validator("annotations")
     @classmethod
     def _annotations(cls, values: dict[str, str]) -> dict[str, str]:
-        for key in values:
-            problem = qualified_name_problem(key)
-            if problem:
-                raise ValueError(f"annotation key {problem}")
-        if sum(len(k.encode()) + len(v.encode()) for k, v in values.items()) > ANNOTATIONS_MAX_BYTES:
-            raise ValueError("annotations total more than 256 KiB")
-        return values
+        return _annotation_map(values)
 
     @field_validator("labels")
     @classmethod
     def _labels(cls, values: dict[str, str]) -> dict[str, str]:
+        if len(values) > limits.MAX_MAP_ENTRIES:
+            raise ValueError(f"{len(values)} labels; at most {limits.MAX_MAP_ENTRIES} (limits.MAX_MAP_ENTRIES)")
         for key, value in values.items():
             problem = qualified_name_problem(key)
             if problem:
                 raise ValueError(f"label key {problem}")
-            if not LABEL_VALUE.match(value):
-                raise ValueError(f"label {key}: {_shown(value)} is not a label value (at most 63 of A-Z a-z 0-9 - _ .)")
+            if label_value_problem(value):
+                raise ValueError(f"label {_shown(key)}: {label_value_problem(value)}")
             if key in RESERVED_LABELS:
-                raise ValueError(f"label {key!r} selects the operand's pods; it cannot be overridden")
+                raise ValueError(f"label {shown(key)} selects the operand's pods; it cannot be overridden")
         return values
 
     @field_validator("priority_class_name")
     @classmethod
     def _priority_class(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 253):
+        if value is not None and dns_subdomain_problem(value):
             raise ValueError(f"{_shown(value)} is not a PriorityClass name (DNS-1123 subdomain)")
         return value
 
@@ -340,7 +329,7 @@ class OperandOverride(_Model):
 
     @property
     def full_reference(self) -> bool:
-        return self.image is not None and not IMAGE_NAME.match(self.image)
+        return self.image is not None and not IMAGE_NAME.fullmatch(self.image)
 
 
 def _operand_field(key: str) -> Optional[OperandOverride]:
@@ -452,7 +441,27 @@ def _operand_checks(cfg: "StackConfig") -> list[tuple[str, str]]:
             )
         if override.sets_image:
             problems += _image_checks(key, override, target, versions_set, here)
+            problems += _composed_image_checks(cfg, override, target, here)
     return problems
+
+
+def _composed_image_checks(
+    cfg: "StackConfig", override: OperandOverride, target: operand_targets.OperandTarget, here: str
+) -> list[tuple[str, str]]:
+    """Each part may be valid alone and the reference the operand runs still not be one (over 255 characters of
+    repository name, say): parse the reference the override composes, as the kubelet will."""
+    if target.image is None or override.full_reference:
+        return []
+    registry = cfg.registry.override or catalog.DEFAULT_REGISTRY
+    directory, _, name = catalog.IMAGES[target.image][0].rpartition("/")
+    repository = override.repository or (f"{registry}/{directory}" if directory else registry)
+    version = override.version or "tag"  # the stack's own version is checked where it is set
+    try:
+        separator = "@" if version.startswith("sha256:") else ":"  # the operator's ImagePath rule
+        parse_image(f"{repository}/{override.image or name}{separator}{version}")
+    except ValueError as exc:
+        return [(f"{here}.image" if override.image else f"{here}.repository", f"together they are no image reference: {exc}")]
+    return []
 
 
 def _image_checks(

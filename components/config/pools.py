@@ -10,7 +10,8 @@ from pydantic import AfterValidator, Discriminator, Field, PlainSerializer, Stri
 
 from components.catalogs import catalog
 from components.catalogs import mig_catalog
-from components.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, NAMESPACE, OS_TAG, _Model, _set_aliases, node_images
+from components.config import limits
+from components.config.base import NAMESPACE, OS_TAG, _Model, _set_aliases, dns_label_problem, label_map_problem, node_images, shown
 from components.config.drivers import PoolDriver
 from node_images import catalog as node_image_catalog
 
@@ -35,8 +36,10 @@ class MigLayoutEntry(_Model):
         description="The GPUs this entry configures: `all`, or a list of GPU indices as nvidia-smi numbers them "
         f"(0..{MAX_GPU_INDEX}, each once), narrowed by `deviceFilter` when set."
     )
+    # pydantic matches `pattern` with Rust's regex, where `$` is the end of the text: no trailing newline passes.
     device_filter: Optional[list[Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]]] = Field(
         default=None,
+        max_length=limits.MAX_MIG_DEVICE_FILTERS,
         description="Only GPUs with one of these PCI ids, written as mig-parted takes them: device id then NVIDIA's "
         "vendor id, `0x20B210DE` for an A100-SXM4-80GB. Unset: an entry for the pool's GPU model (gpu-stack adds its "
         "ids, so other GPUs of the node are left alone).",
@@ -44,6 +47,7 @@ class MigLayoutEntry(_Model):
     mig_enabled: StrictBool = Field(description="MIG mode of these GPUs; `false` leaves them whole (`migDevices` empty).")
     mig_devices: dict[str, int] = Field(
         default_factory=dict,
+        max_length=limits.MAX_MIG_PROFILES,
         description="MIG devices on each of these GPUs: MIG profile → instances per GPU, e.g. `{3g.40gb: 2}`; each "
         "must fit the GPU model its devices are on. Empty with `migEnabled: true`: MIG mode without devices.",
     )
@@ -55,7 +59,7 @@ class MigLayoutEntry(_Model):
         if isinstance(data, dict):
             unknown = sorted(str(key) for key in data if key not in allowed)
             if unknown:
-                raise ValueError(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
+                raise ValueError(f"unknown key {shown(unknown[0])}; allowed keys: {', '.join(allowed)}")
         return data
 
     @field_validator("devices", mode="before")
@@ -65,20 +69,18 @@ class MigLayoutEntry(_Model):
             return value
         indices = value if isinstance(value, list) else None
         if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_GPU_INDEX for i in indices):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise ValueError(f"got {shown}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
+            raise ValueError(f"got {shown(value)}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
         if len(set(indices)) != len(indices):
-            raise ValueError(f"GPU indices {indices} name a GPU twice")
+            raise ValueError(f"GPU indices {shown(indices)} name a GPU twice")
         return value
 
     @field_validator("device_filter", mode="before")
     @classmethod
     def _filter(cls, value: Any) -> Any:
         for item in value if isinstance(value, list) else []:
-            if not isinstance(item, str) or not mig_catalog.DEVICE_FILTER.match(item):
-                shown = repr(item) if len(repr(item)) <= 40 else repr(item)[:37] + "..."
+            if not isinstance(item, str) or not mig_catalog.DEVICE_FILTER.fullmatch(item):
                 raise ValueError(
-                    f"{shown} is not an NVIDIA PCI id as mig-parted takes it: device id then vendor 10DE, e.g. 0x20B210DE"
+                    f"{shown(item)} is not an NVIDIA PCI id as mig-parted takes it: device id then vendor 10DE, e.g. 0x20B210DE"
                 )
         return value
 
@@ -86,8 +88,8 @@ class MigLayoutEntry(_Model):
     @classmethod
     def _profiles(cls, devices: dict[str, int]) -> dict[str, int]:
         for profile, count in devices.items():
-            if not mig_catalog.PROFILE_NAME.match(profile):
-                raise ValueError(f"{profile!r} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.24gb+me")
+            if not mig_catalog.PROFILE_NAME.fullmatch(profile):
+                raise ValueError(f"{shown(profile)} is not a MIG profile name such as 1g.10gb, 3g.40gb or 1g.24gb+me")
             if count < 1:
                 raise ValueError(f"{profile}: count must be at least 1, got {count}")
         return devices
@@ -132,9 +134,10 @@ def _layout_form(value: Any) -> Optional[str]:
 # (The tags name the two forms; the loader leaves such bracketed parts out of error paths.)
 MigLayoutValue = Annotated[
     Union[
-        Annotated[dict[str, int], Tag("dict[profile, count]")],
+        Annotated[dict[str, int], Field(max_length=limits.MAX_MIG_PROFILES), Tag("dict[profile, count]")],
         Annotated[
             list[MigLayoutEntry],
+            Field(max_length=limits.MAX_MIG_LAYOUT_ENTRIES),
             AfterValidator(_entries_in),
             PlainSerializer(_entries_out),
             Tag("list[entry]"),
@@ -188,31 +191,32 @@ class NodePool(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not DNS_LABEL.match(value) or len(value) > 40:
-            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 40 characters")
+        problem = dns_label_problem(value, limit=40)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("node_selector")
     @classmethod
     def _selector(cls, selector: dict[str, str]) -> dict[str, str]:
-        for key, value in selector.items():
-            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
-                raise ValueError(f"{key}={value!r} is not a valid label selector term")
+        problem = label_map_problem(selector, what="label selector term")
+        if problem:
+            raise ValueError(problem)
         return selector
 
     @field_validator("gpu_model")
     @classmethod
     def _model(cls, value: str) -> str:
         if value not in catalog.GPU_MODELS:
-            raise ValueError(f"unknown GPU model {value!r}; allowed values: {', '.join(catalog.GPU_MODELS)}")
+            raise ValueError(f"unknown GPU model {shown(value)}; allowed values: {', '.join(catalog.GPU_MODELS)}")
         return value
 
     @field_validator("os")
     @classmethod
     def _os(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not OS_TAG.match(value):
+        if value is not None and not OS_TAG.fullmatch(value):
             raise ValueError(
-                f"{value!r} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
+                f"{shown(value)} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
             )
         return value
 
@@ -221,7 +225,7 @@ class NodePool(_Model):
     def _node_image(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and value not in node_images().names:
             known = ", ".join(node_images().names)
-            raise ValueError(f"unknown node image {value!r}; entries of node_images/catalog.yaml: {known}")
+            raise ValueError(f"unknown node image {shown(value)}; entries of node_images/catalog.yaml: {known}")
         return value
 
     @property
@@ -298,7 +302,7 @@ def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
         problems.append(
             (
                 f"{where}.migLayout",
-                f"{name!r} creates no MIG devices, so the pool would offer nothing to request; pick a layout with MIG "
+                f"{shown(name)} creates no MIG devices, so the pool would offer nothing to request; pick a layout with MIG "
                 f"devices ({', '.join(_usable_layouts(pool, cfg.mig_layouts))}) or sharing.strategy 'none' for whole GPUs",
             )
         )

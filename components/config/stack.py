@@ -6,7 +6,8 @@ from typing import Optional
 
 from pydantic import Field, SecretStr, field_validator
 
-from components.config.base import DIGEST, NAMESPACE, _Model
+from components.config import limits
+from components.config.base import DIGEST, NAMESPACE, _Model, shown
 from components.config.cluster import (
     Cluster,
     Components,
@@ -52,13 +53,14 @@ class StackConfig(_Model):
     monitoring: Monitoring = Monitoring()
     mig_layouts: dict[str, MigLayoutValue] = Field(
         default={},
+        max_length=limits.MAX_MIG_LAYOUTS,
         description="Custom MIG layouts, usable as `nodePools[].sharing.migLayout`: layout name → either "
         "`{<MIG profile>: <instances per GPU>}` (the same devices on every GPU), or a list of per-GPU entries in "
         "mig-parted's shape (`devices`, `deviceFilter`, `migEnabled`, `migDevices`), so GPUs of one node can differ. "
         "Names are lower-case `a-z 0-9 - .`, never `all-…` (those are the built-ins), and each must be used by a pool. "
         "See docs/sharing.md.",
     )
-    node_pools: list[NodePool] = Field(min_length=1)
+    node_pools: list[NodePool] = Field(min_length=1, max_length=limits.MAX_NODE_POOLS)
     components: Components = Components()
     upgrade: Upgrade = Upgrade()
     sandbox_workloads: SandboxWorkloads = SandboxWorkloads()
@@ -69,13 +71,15 @@ class StackConfig(_Model):
     operands: OperandOverrides = OperandOverrides()
     # Only ever a Pulumi secret (`pulumi config set --secret`); load_config refuses a plain value.
     registry_password: Optional[SecretStr] = None
+    # Only ever a Pulumi secret: the contents of the cluster's kubeconfig (cluster.kubeconfig takes a path).
+    kubeconfig: Optional[SecretStr] = None
 
     @field_validator("mig_layouts")
     @classmethod
     def _layout_names(cls, layouts: dict[str, MigLayoutValue]) -> dict[str, MigLayoutValue]:
         for name in layouts:
-            if not MIG_LAYOUT_NAME.match(name):
-                raise ValueError(f"{name!r} is not a usable layout name (a node label value: a-z, 0-9, '-', '.')")
+            if not MIG_LAYOUT_NAME.fullmatch(name):
+                raise ValueError(f"{shown(name)} is not a usable layout name (a node label value: a-z, 0-9, '-', '.')")
         return layouts
 
     def pools_of(self, *workload_types: str) -> list[NodePool]:
@@ -153,7 +157,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     problems += _monitoring_checks(cfg)
     problems += _mig_layout_checks(cfg)
     problems += _operand_checks(cfg)
-    if cfg.driver.mode == "precompiled" and DIGEST.match(cfg.versions.driver):
+    if cfg.driver.mode == "precompiled" and DIGEST.fullmatch(cfg.versions.driver):
         problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
     if "node_inventory" in cfg.components.model_fields_set and cfg.components.node_inventory and not cfg.components.node_labeler:
         problems.append(

@@ -8,8 +8,17 @@ from typing import TYPE_CHECKING, Literal, Optional, Union
 
 from pydantic import Field, StrictBool, field_validator
 
-from components.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, NAMESPACE, _count_or_percent, _Model
-from components.config.cluster import _SEMVER_TAG
+from components.config import limits
+from components.config.base import (
+    NAMESPACE,
+    _count_or_percent,
+    _Model,
+    dns_label_problem,
+    label_value_problem,
+    qualified_name_problem,
+    shown,
+)
+from components.config.cluster import image_semver
 
 if TYPE_CHECKING:
     from components.config.pools import NodePool
@@ -35,18 +44,18 @@ def label_selector_problem(selector: str) -> Optional[str]:
             current += char
     terms.append(current)
     for term in terms:
-        match = _SELECTOR_TERM.match(term)
+        match = _SELECTOR_TERM.fullmatch(term)
         if not match:
-            return f"{term.strip()!r} is not a selector term (key, !key, key=value, key!=value, key in (a,b), key notin (a,b))"
+            return f"{shown(term.strip())} is not a selector term (key, !key, key=value, key!=value, key in (a,b), key notin (a,b))"
         key = match.group("bare") or match.group("key") or match.group("skey")
         values = [match.group("value")] if match.group("op") else []
         if match.group("sop"):
             values = [v.strip() for v in match.group("values").split(",")]
-        if not LABEL_KEY.match(key):
-            return f"{key!r} is not a label key"
+        if qualified_name_problem(key):
+            return f"{shown(key)} is not a label key ({qualified_name_problem(key)})"
         for value in values:
-            if not LABEL_VALUE.match(value):
-                return f"{value!r} is not a label value"
+            if label_value_problem(value):
+                return f"{shown(value)} is not a label value ({label_value_problem(value)})"
     return None
 
 
@@ -64,6 +73,8 @@ class Drain(_Model):
     @field_validator("pod_selector")
     @classmethod
     def _selector(cls, value: str) -> str:
+        if len(value) > MAX_POD_SELECTOR_LENGTH:
+            raise ValueError(f"{len(value)} characters; at most {MAX_POD_SELECTOR_LENGTH}")
         problem = label_selector_problem(value) if value else None
         if problem:
             raise ValueError(f"{problem}; e.g. 'app=batch,tier!=critical'")
@@ -115,15 +126,16 @@ class WaitForCompletion(_Model):
 
 class Wave(_Model):
     name: str
-    pools: list[str] = Field(min_length=1)
+    pools: list[str] = Field(min_length=1, max_length=limits.MAX_POOLS_PER_WAVE)
     # How long the gate after this wave waits for its nodes' drivers to roll out and validate.
     timeout_seconds: int = Field(default=3600, ge=300, le=86_400)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not DNS_LABEL.match(value) or len(value) > 20:
-            raise ValueError(f"{value!r} is not a DNS-1123 label of at most 20 characters")
+        problem = dns_label_problem(value, limit=20)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -137,7 +149,7 @@ class Upgrade(_Model):
     gpu_pod_eviction: StrictBool = True
     drain: Drain = Drain()
     # Ordered: each wave's driver DaemonSets change only after the previous wave's nodes validated.
-    waves: list[Wave] = []
+    waves: list[Wave] = Field(default=[], max_length=limits.MAX_WAVES)
     wait_for_completion: Optional[WaitForCompletion] = Field(
         default=None,
         description=(
@@ -147,7 +159,8 @@ class Upgrade(_Model):
         ),
     )
 
-    _max_unavailable = field_validator("max_unavailable")(_count_or_percent)
+    # Before pydantic coerces: YAML's true would become the count 1, and 2.0 the count 2.
+    _max_unavailable = field_validator("max_unavailable", mode="before")(_count_or_percent)
 
 
 def _wait_for_completion_checks(cfg: StackConfig) -> list[tuple[str, str]]:
@@ -172,13 +185,13 @@ def _wait_for_completion_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     minimum = ".".join(map(str, WAIT_FOR_COMPLETION_AGENT))
     if image is None:
         problems.append((key, f"runs the node agent: set gpu-stack:nodeAgent.image ({minimum} or later)"))
-    elif "@" not in image:
-        found = _SEMVER_TAG.fullmatch(image.rpartition(":")[2])
-        if found and tuple(int(part) for part in found.groups()) < WAIT_FOR_COMPLETION_AGENT:
+    else:
+        found = image_semver(image)
+        if found and found[0] < WAIT_FOR_COMPLETION_AGENT:
             problems.append(
                 (
                     f"{NAMESPACE}:nodeAgent.image",
-                    f"node agent {found.group(0)} has no wait-for-completion subcommand, which "
+                    f"node agent {found[1]} has no wait-for-completion subcommand, which "
                     f"upgrade.waitForCompletion runs; use {minimum} or later (node_images/node-agent)",
                 )
             )
@@ -208,11 +221,11 @@ def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         seen_waves.add(wave.name)
         for j, name in enumerate(wave.pools):
             if name not in all_pools:
-                problems.append((f"{where}.pools[{j}]", f"unknown pool {name!r}; pools with a deployed driver: {', '.join(driver_pools)}"))
+                problems.append((f"{where}.pools[{j}]", f"unknown pool {shown(name)}; pools with a deployed driver: {', '.join(driver_pools)}"))
             elif name not in driver_pools:
-                problems.append((f"{where}.pools[{j}]", f"pool {name!r} gets no driver DaemonSet (host driver or VM pool); remove it"))
+                problems.append((f"{where}.pools[{j}]", f"pool {shown(name)} gets no driver DaemonSet (host driver or VM pool); remove it"))
             elif name in wave_of:
-                problems.append((f"{where}.pools[{j}]", f"pool {name!r} is already in wave {wave_of[name]!r}; a pool upgrades once"))
+                problems.append((f"{where}.pools[{j}]", f"pool {shown(name)} is already in wave {wave_of[name]!r}; a pool upgrades once"))
             else:
                 wave_of[name] = wave.name
     missing = [name for name in driver_pools if name not in wave_of]

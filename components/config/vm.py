@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import StrictBool, field_validator
 
 from components.catalogs import vgpu_catalog
-from components.config.base import NAMESPACE, _dns_label, _Model, _pinned_image
+from components.config.base import NAMESPACE, _dns_label, _Model, _pinned_image, shown
 
 if TYPE_CHECKING:
     from components.config.pools import NodePool
@@ -60,7 +60,7 @@ class Vgpu(_Model):
     @classmethod
     def _known(cls, value: str) -> str:
         if value not in vgpu_catalog.config_names():
-            raise ValueError(f"no vGPU config named {value!r} in default-vgpu-devices-config (e.g. default, A10-12Q)")
+            raise ValueError(f"no vGPU config named {shown(value)} in default-vgpu-devices-config (e.g. default, A10-12Q)")
         return value
 
 

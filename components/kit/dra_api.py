@@ -74,7 +74,7 @@ MIN_KUBERNETES_MINOR = 32
 SERVED_FROM: dict[str, int] = {"v1": 34, "v1beta2": 33, "v1beta1": 32}
 # Beta API versions are never on by default, so v1 is the only one a cluster serves without opting in.
 DEFAULT_ON_FROM: dict[str, int] = {"v1": 34}
-_KUBERNETES_VERSION = re.compile(r"^v?1\.(\d+)(\.\d+)?$")
+_KUBERNETES_VERSION = re.compile(r"^v?1\.([0-9]+)(\.[0-9]+)?$")
 
 
 def _minors(kubernetes_versions: Sequence[str]) -> dict[str, int]:
@@ -82,7 +82,7 @@ def _minors(kubernetes_versions: Sequence[str]) -> dict[str, int]:
         raise ValueError("no Kubernetes version declared: the resource.k8s.io version is chosen from them")
     minors = {}
     for version in kubernetes_versions:
-        match = _KUBERNETES_VERSION.match(version)
+        match = _KUBERNETES_VERSION.fullmatch(version)
         if not match:
             raise ValueError(f"{version!r} is not a Kubernetes version (1.<minor>)")
         minors[version] = int(match.group(1))
@@ -159,7 +159,7 @@ def device_classes(compute_domains: bool, passthrough: bool = False) -> dict[str
     }
 
 
-_MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb([-+][a-z.]+)?$")
+_MIG_PROFILE = re.compile(r"^[1-9][0-9]*g\.[1-9][0-9]*gb([-+][a-z.]+)?$")
 EXAMPLE_GPU = "single-gpu"
 EXAMPLE_MIG = "mig-{profile}"
 EXAMPLE_COMPUTE_DOMAIN = "nvlink-domain"
@@ -189,7 +189,7 @@ def example_claim_templates(api_version: str, compute_domains: bool, *, mig_prof
     domains, a ComputeDomain. A channel claim is never written by hand: it must carry the domain's id, so the
     controller generates the channel's ResourceClaimTemplate, named by the ComputeDomain, for pods to use."""
     resource_module(api_version)
-    if not _MIG_PROFILE.match(mig_profile):
+    if not _MIG_PROFILE.fullmatch(mig_profile):
         raise ValueError(f"{mig_profile!r} is not a MIG profile name such as 1g.10gb")
     examples = [
         _claim_template(api_version, EXAMPLE_GPU, _request(api_version, "gpu", GPU_CLASS)),

@@ -4,6 +4,7 @@ images, pull secrets, DaemonSet settings, RuntimeClass) each state's DaemonSets 
 
 from __future__ import annotations
 
+import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalogs import catalog
@@ -20,12 +21,14 @@ def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
     """Each stack talks to its own cluster: selecting another stack selects another context.
 
     `cluster_identifier` pins the provider's identity to the stack's cluster name, so a rotated kubeconfig does
-    not replace the provider (and with it every object of the stack)."""
+    not replace the provider (and with it every object of the stack). Kubeconfig contents (the secret key
+    `kubeconfig`) reach the provider as a secret Output, so state holds them encrypted; a path stays readable."""
     cluster = cfg.cluster
+    contents = cfg.kubeconfig
     return k8s.Provider(
         "cluster",
         context=cluster.context,
-        kubeconfig=cluster.kubeconfig,
+        kubeconfig=pulumi.Output.secret(contents.get_secret_value()) if contents is not None else cluster.kubeconfig,
         cluster_identifier=cluster.name,
         namespace=cluster.namespace,
         # The operands' ConfigMaps (plugin configs, MIG layouts, the node pools) are edited in place, as the operator

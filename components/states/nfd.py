@@ -552,7 +552,10 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
                 mount("nfd-worker-conf", CONFIG_DIR, read_only=True),
             ],
         )
-        gpu_tolerations = [TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in pods.daemonsets.tolerations]
+        gpu_tolerations = [
+            TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds)
+            for t in pods.daemonsets.tolerations
+        ]
         spec = _pod_spec(
             pods,
             container,

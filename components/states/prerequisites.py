@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import pulumi
@@ -36,7 +36,8 @@ REGISTRY_SECRET = "gpu-stack-registry-credentials"
 class RegistryLogin:
     server: str
     username: str
-    password: str
+    # never in a repr (a log line, an assertion message): it only ever leaves as a secret Output
+    password: str = field(repr=False)
 
 
 def docker_config(login: RegistryLogin) -> str:

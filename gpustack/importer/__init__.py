@@ -14,9 +14,10 @@ word. A MIG setup the stack would wipe (a pool labelled all-disabled over partit
 
 The package is split by input: `clusterpolicy` (the object and its effective spec), `helm`, `nodes` (node pools),
 `configmaps`, `mig` (mig-parted layouts), and per area of the mapping `images`, `driver`, `operands`, `mapping`
-(the table and the per-operand fields); `report` holds the report rules, `build` the `_Importer` that runs the
-mapping in stack-file order, `stackfile` the check, the written file and its policy-pack config, `tables` the
-generated tables of docs/migration.md.
+(the table and the per-operand fields); `shapes` the field kinds every input is checked against before any
+mapping runs, `spec_fields` the ClusterPolicy's and the Helm values' typed fields; `report` holds the report rules,
+`build` the `_Importer` that runs the mapping in stack-file order, `stackfile` the check, the written file and its
+policy-pack config, `tables` the generated tables of docs/migration.md.
 This module re-exports what callers use and holds the command line (`run` reads `PROJECT_DIR` from here).
 """
 
@@ -102,7 +103,7 @@ def _gpu_models(values: Sequence[str]) -> tuple[tuple[Optional[tuple[str, str]],
 
 
 def _output_path(args: argparse.Namespace) -> Path:
-    if not STACK_NAME.match(args.stack):
+    if not STACK_NAME.fullmatch(args.stack):
         raise ImportInputError(f"--stack {args.stack!r}: a stack name is letters, digits, '.', '_' and '-'")
     return Path(args.out) if args.out else PROJECT_DIR / "stacks" / f"Pulumi.{args.stack}.yaml"
 
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         out = _output_path(args)
         if out.exists() and not args.force:
             raise ImportInputError(f"{out} exists; pass --force to overwrite it")
-        if args.os is not None and not OS_TAG.match(args.os):
+        if args.os is not None and not OS_TAG.fullmatch(args.os):
             raise ImportInputError(f"--os {args.os!r} is not an OS tag such as ubuntu22.04 or rhel9")
         policy = cluster_policy_of(read_yaml(args.clusterpolicy, "--clusterpolicy"), args.clusterpolicy)
         helm = read_yaml(args.helm_values, "--helm-values") if args.helm_values else None

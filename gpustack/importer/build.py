@@ -8,7 +8,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from components.config import NAMESPACE
-from gpustack.importer.clusterpolicy import _Spec, _validate_spec
+from gpustack.importer.clusterpolicy import OBJECT_FIELDS, _Spec, _validate_spec
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, _slug
 from gpustack.importer.configmaps import ConfigMapsMixin
 from gpustack.importer.driver import DriverMixin
@@ -18,6 +18,8 @@ from gpustack.importer.mapping import MappingMixin
 from gpustack.importer.nodes import NodePoolsMixin, _Node
 from gpustack.importer.operands import OperandsMixin
 from gpustack.importer.report import ReportMixin
+from gpustack.importer.shapes import check_fields, type_name
+from gpustack.importer.spec_fields import validate_helm_values, validate_spec_fields
 
 SECTION_ORDER = ("cluster", "registry", "versions", "hostPaths", "driver", "upgrade", "toolkit", "devicePlugin", "validator",
                  "validation", "nfd", "nodeAgent", "daemonsets", "operands", "dcgmExporter", "migManager", "monitoring",
@@ -32,6 +34,13 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
         self.helm = helm_values
         self.nodes = nodes
         self.configmaps = dict(configmaps)
+        # Every field the mapping reads has its CRD type (and the Helm values theirs) before anything reads it.
+        if not isinstance(policy, dict):
+            raise ImportInputError(f"the ClusterPolicy: expected a mapping, got {type_name(policy)}")
+        check_fields(policy, OBJECT_FIELDS, "ClusterPolicy")
+        validate_spec_fields(policy.get("spec"))
+        if helm_values is not None:
+            validate_helm_values(helm_values)
         effective = deep_merge(helm_values_as_spec(helm_values), policy["spec"]) if helm_values else copy.deepcopy(policy["spec"])
         self.spec = _Spec(effective)
         _validate_spec(self.spec)
@@ -110,7 +119,7 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
             self.notes.append("the ClusterPolicy status names no namespace and --namespace was not given: using gpu-operator")
         versions = list(facts.kubernetes_versions)
         if not versions and self.nodes is not None:
-            minors = sorted({m.group(1) for n in self.nodes if n.kubelet for m in [re.match(r"^v?1\.(\d+)", n.kubelet)] if m}, key=int)
+            minors = sorted({m.group(1) for n in self.nodes if n.kubelet for m in [re.match(r"v?1\.([0-9]{1,4})(?![0-9])", n.kubelet)] if m}, key=int)
             versions = [f"1.{m}" for m in minors]
         if not versions:
             raise ImportInputError("--kubernetes-version is required without --nodes (the ClusterPolicy does not say it)")
@@ -137,6 +146,4 @@ def import_cluster_policy(
     configmaps: Optional[Mapping[str, Mapping[str, str]]] = None,
 ) -> ImportResult:
     """The stack config and the not-carried report for one ClusterPolicy object."""
-    if helm_values is not None and not isinstance(helm_values, dict):
-        raise ImportInputError("--helm-values: expected a mapping of Helm values (`helm get values --all -o yaml`)")
     return _Importer(policy, facts, helm_values, nodes, configmaps or {}).run()

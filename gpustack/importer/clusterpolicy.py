@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from components.catalogs import consts
-from gpustack.importer.common import ImportInputError, objects_of
+from gpustack.importer.common import ImportInputError, objects_of, shown_input
+from gpustack.importer.shapes import MAPPING, STRING, Kind, check_input, item_path
 
 # CRD defaults, and the nil value of the operator's IsEnabled() helpers where the CRD has none (fact sheet §11).
 CRD_DEFAULTS: dict[str, Any] = {
@@ -68,14 +69,23 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "dcgmExporter.service.internalTrafficPolicy": ("Cluster", "Local"),
 }
 BOOLEANS = tuple(k for k, v in CRD_DEFAULTS.items() if isinstance(v, bool))
+# What the import reads outside the spec (whose fields spec_fields types): the name, the status the operator wrote.
+OBJECT_FIELDS: dict[str, Kind] = {
+    "metadata": MAPPING,
+    "metadata.name": STRING,
+    "status": MAPPING,
+    "status.state": STRING,
+    "status.namespace": STRING,
+}
 
 
 def cluster_policy_of(document: Any, path: str) -> dict:
     policies = objects_of(document, ("ClusterPolicy",), path)
-    for policy in policies:
+    for i, policy in enumerate(policies):
         api = policy.get("apiVersion")
         if api != "nvidia.com/v1":
-            raise ImportInputError(f"{path}: ClusterPolicy apiVersion {api!r} is not nvidia.com/v1")
+            raise ImportInputError(f"{path}: ClusterPolicy apiVersion {shown_input(api)} is not nvidia.com/v1")
+        check_input(policy, OBJECT_FIELDS, path, item_path(policy, document, i))
     # The operator reconciles one ClusterPolicy and marks any other `ignored` (fact sheet §11, status).
     active = [p for p in policies if (p.get("status") or {}).get("state") != "ignored"]
     if len(active) != 1:
@@ -123,11 +133,15 @@ class _Spec:
         """A component's env list by name, in order; entries are consumed one by one with use_env."""
         entries = self.raw(path) or []
         if not isinstance(entries, list):
-            raise ImportInputError(f"spec.{path}: expected a list of {{name, value}}, got {entries!r}")
+            raise ImportInputError(f"spec.{path}: expected a list of {{name, value}}, got {shown_input(entries)}")
         found: dict[str, Any] = {}
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise ImportInputError(f"spec.{path}[{i}]: expected {{name, value}}, got {entry!r}")
+                raise ImportInputError(f"spec.{path}[{i}]: expected {{name, value}}, got {shown_input(entry)}")
+            if "value" not in entry and set(entry) - {"name"}:
+                # Only a valueFrom or the like, which the CRD's EnvVar lacks: the report lists it field by field
+                # (report._leaves); carrying it as "" would set the variable empty.
+                continue
             found[entry["name"]] = entry.get("value", "")
         return found
 
@@ -159,11 +173,11 @@ def _validate_spec(spec: _Spec) -> None:
             continue
         if value not in allowed:
             shown = ", ".join(repr(a) if a == "" else a for a in allowed)
-            raise ImportInputError(f"spec.{path}: got {value!r}; allowed values: {shown}")
+            raise ImportInputError(f"spec.{path}: got {shown_input(value)}; allowed values: {shown}")
     for path in BOOLEANS:
         value = spec.raw(path)
         if value is not None and not isinstance(value, bool):
-            raise ImportInputError(f"spec.{path}: got {value!r}; allowed values: true, false")
+            raise ImportInputError(f"spec.{path}: got {shown_input(value)}; allowed values: true, false")
     for section, value in spec.data.items():
         if not isinstance(value, dict):
-            raise ImportInputError(f"spec.{section}: expected a mapping, got {value!r}")
+            raise ImportInputError(f"spec.{section}: expected a mapping, got {shown_input(value)}")

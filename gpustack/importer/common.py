@@ -10,6 +10,9 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from components.config.base import SHOWN_MAX
+from node_images.inputfiles import IMPORT_INPUT_MAX_BYTES, InputFileError, load_yaml, load_yaml_text
+
 
 class ImportInputError(Exception):
     """Input gpu-stack cannot import; the message names the file or field."""
@@ -28,13 +31,67 @@ class NotCarried:
     reason: str
 
     def render(self) -> str:
-        return f"{self.path} = {_show(self.value)}: {self.reason}"
+        shown = SECRET_NOT_SHOWN if looks_like_credential(env_name(self.path), self.value) else _show(self.value)
+        return f"{self.path} = {shown}: {self.reason}"
 
 
 def _show(value: Any) -> str:
-    """A value as YAML writes it inline: what a reader of the stack file and of the ClusterPolicy sees."""
+    """A value as YAML writes it inline: what a reader of the stack file and of the ClusterPolicy sees, cut to
+    SHOWN_MAX characters with its full length (a report line, not a dump)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
-    return text[:-3].strip() if text.endswith("...") else text
+    text = text[:-3].strip() if text.endswith("...") else text
+    return text if len(text) <= SHOWN_MAX else f"{text[: SHOWN_MAX - 1]}\u2026 ({len(text)} characters)"
+
+
+# What the report prints instead of a value that looks like a credential.
+SECRET_NOT_SHOWN = "(secret value not shown)"
+# Env names that hold a credential by their name, and values that are one by their shape (an NGC API key, a JWT,
+# a PEM private key, common cloud and forge tokens): never copied into a stack file (kept in git in plain text)
+# nor printed in the report.
+_CREDENTIAL_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
+_CREDENTIAL_VALUE = re.compile(
+    r"nvapi-[A-Za-z0-9_-]{8,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ|-----BEGIN [A-Z ]*PRIVATE KEY-----|"
+    r"\b(ghp|gho|ghs|glpat|xox[abp])[-_][A-Za-z0-9_-]{8,}|\bAKIA[0-9A-Z]{16}\b"
+)
+
+
+def env_name(path: str) -> Optional[str]:
+    """The variable of an env entry's path (`spec.driver.env[NAME]`), None for any other field."""
+    match = re.search(r"\.env\[([^\]]+)\]$", path)
+    return match.group(1) if match else None
+
+
+def looks_like_credential(name: Optional[str], value: Any) -> bool:
+    """An env entry named like a credential, or any value shaped like one (anywhere inside it)."""
+    if name is not None and _CREDENTIAL_NAME.search(name) and value not in (None, ""):
+        return True
+    if isinstance(value, dict):
+        entry = value.get("name")  # an env entry {name, value}
+        if isinstance(entry, str) and looks_like_credential(entry, value.get("value")):
+            return True
+        return any(looks_like_credential(None, v) for v in value.values())
+    if isinstance(value, list):
+        return any(looks_like_credential(None, v) for v in value)
+    return isinstance(value, str) and bool(_CREDENTIAL_VALUE.search(value))
+
+
+def _credential_keys(value: Any) -> bool:
+    """A mapping anywhere inside with a key named like a credential (`token: ...`): an error about a malformed
+    input does not need to show it."""
+    if isinstance(value, dict):
+        return any((isinstance(k, str) and _CREDENTIAL_NAME.search(k)) or _credential_keys(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_credential_keys(v) for v in value)
+    return False
+
+
+def shown_input(value: Any) -> str:
+    """An input value as an error may echo it: never one that looks like a credential, anything else cut to
+    SHOWN_MAX characters with its full length."""
+    if looks_like_credential(None, value) or _credential_keys(value):
+        return SECRET_NOT_SHOWN
+    text = repr(value)
+    return text if len(text) <= SHOWN_MAX else f"{text[: SHOWN_MAX - 1]}\u2026 ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -69,16 +126,28 @@ class ImportResult:
 
 
 def read_yaml(path: str, what: str) -> Any:
+    """One YAML document of an import input, through the guarded loader (node_images/inputfiles.py)."""
     file = Path(path)
     if not file.is_file():
         raise ImportInputError(f"{what} file {path} does not exist")
     try:
-        documents = [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ImportInputError(f"{path}: not valid YAML: {exc}") from None
+        documents = [d for d in load_yaml(file, IMPORT_INPUT_MAX_BYTES, "IMPORT_INPUT_MAX_BYTES", multi=True) if d is not None]
+    except InputFileError as exc:
+        raise ImportInputError(str(exc)) from None
     if len(documents) != 1:
         raise ImportInputError(f"{path}: expected one YAML document, found {len(documents)}")
     return documents[0]
+
+
+def embedded_yaml(value: Any, source: str) -> Any:
+    """A YAML document held in a string (a ConfigMap's data value), through the same guarded loader; `source`
+    names it in errors (`configmap NAME, key KEY`), lines counted within the value."""
+    if not isinstance(value, str):
+        raise ImportInputError(f"{source}: expected a string holding YAML, got {type(value).__name__}")
+    try:
+        return load_yaml_text(value, source)
+    except InputFileError as exc:
+        raise ImportInputError(str(exc)) from None
 
 
 def objects_of(document: Any, kinds: Sequence[str], path: str) -> list[dict]:
@@ -94,11 +163,11 @@ def objects_of(document: Any, kinds: Sequence[str], path: str) -> list[dict]:
         for i, item in enumerate(items):
             item_kind = item.get("kind") if isinstance(item, dict) else None
             if item_kind not in kinds:
-                raise ImportInputError(f"{path}: items[{i}] is kind {item_kind!r}; expected {' or '.join(kinds)}")
+                raise ImportInputError(f"{path}: items[{i}] is kind {shown_input(item_kind)}; expected {' or '.join(kinds)}")
             found.append(item)
         return found
     if kind not in kinds:
-        raise ImportInputError(f"{path}: kind {kind!r} is not {' or '.join(kinds)} (nor a List of them)")
+        raise ImportInputError(f"{path}: kind {shown_input(kind)} is not {' or '.join(kinds)} (nor a List of them)")
     return [document]
 
 

@@ -5,26 +5,50 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import yaml
-
 from components.catalogs import catalog
 from components.catalogs import consts
 from components.catalogs import dcgm_metrics
 from components.catalogs import mig_catalog
-from gpustack.importer.common import ImportInputError, objects_of
+from components.config.base import DNS_SUBDOMAIN_MAX, SHOWN_MAX
+from gpustack.importer.common import ImportInputError, embedded_yaml, objects_of
 from gpustack.importer.mig import layout_from_mig_parted
 from gpustack.importer.nodes import _Group
+from gpustack.importer.shapes import (BOOLEAN, INTEGER, MAPPING, STRING, STRING_MAP, STRING_OR_STRINGS, Kind, check_input,
+                                      fields_of, item_path, list_of)
+
+# What the import reads of a ConfigMap (core/v1): its name and its data, string -> string.
+CONFIGMAP_META: dict[str, Kind] = {"metadata": MAPPING, "metadata.name": STRING}
+CONFIGMAP_DATA: dict[str, Kind] = {"data": STRING_MAP}
+# What it reads of a device-plugin config (DP:api/config/v1, fact sheet §6.1) and of a mig-parted layout's entries
+# (MP:api/spec/v1; their values mig_parted.entry_from_mig_parted checks).
+_REPLICATED = list_of(fields_of({"name": STRING, "replicas": INTEGER}, "a replicated resource {name, replicas}"),
+                      "a list of replicated resources")
+PLUGIN_CONFIG_FIELDS: dict[str, Kind] = {
+    "version": STRING,
+    "flags": MAPPING,
+    "flags.migStrategy": STRING,
+    "resources": MAPPING,
+    "sharing": MAPPING,
+    **{f"sharing.{kind}.{field}": k for kind in ("timeSlicing", "mps") for field, k in
+       (("renameByDefault", BOOLEAN), ("failRequestsGreaterThanOne", BOOLEAN), ("resources", _REPLICATED))},
+}
+MIG_PARTED_LAYOUT = list_of(fields_of({"device-filter": STRING_OR_STRINGS, "mig-enabled": BOOLEAN, "mig-devices": MAPPING},
+                                      "a mig-parted entry"), "a list of mig-parted entries")
 
 
 def configmaps_of(documents: Sequence[tuple[str, Any]]) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for path, document in documents:
-        for obj in objects_of(document, ("ConfigMap",), path):
+        for i, obj in enumerate(objects_of(document, ("ConfigMap",), path)):
+            at = item_path(obj, document, i)
+            check_input(obj, CONFIGMAP_META, path, at)
             name = (obj.get("metadata") or {}).get("name")
-            data = obj.get("data") or {}
-            if not isinstance(data, dict):
-                raise ImportInputError(f"{path}: ConfigMap {name} has no `data` mapping")
-            found[str(name)] = {str(k): str(v) for k, v in data.items()}
+            if not name or len(name) > DNS_SUBDOMAIN_MAX:
+                raise ImportInputError(f"{path}: {at + '.' if at else ''}metadata.name: a ConfigMap has a name of "
+                                       f"1-{DNS_SUBDOMAIN_MAX} characters")
+            # The API server holds ConfigMap data as strings; anything else is not a dump kubectl printed.
+            check_input(obj, CONFIGMAP_DATA, f"{path}: {at + ': ' if at else ''}ConfigMap {name}")
+            found[name] = dict(obj.get("data") or {})
     return found
 
 
@@ -87,12 +111,10 @@ class ConfigMapsMixin:
                         f"{where} selects config {key}, which the ConfigMap lacks; the device plugin then falls back to "
                         "an empty config (FALLBACK_STRATEGIES=empty): imported without sharing")
             return None
-        try:
-            document = yaml.safe_load(data[key]) or {}
-        except yaml.YAMLError as exc:
-            raise ImportInputError(f"configmap {name}, key {key}: not valid YAML: {exc}") from None
+        document = embedded_yaml(data[key], f"configmap {name}, key {key}") or {}
         if not isinstance(document, dict):
             raise ImportInputError(f"configmap {name}, key {key}: expected a device-plugin config mapping")
+        check_input(document, PLUGIN_CONFIG_FIELDS, f"configmap {name}, key {key}")
         return document
 
     def _sharing(self, model: str, mig_label: Optional[str], plugin_label: Optional[str], group: _Group) -> Optional[dict]:
@@ -226,19 +248,19 @@ class ConfigMapsMixin:
         per-GPU list (gpustack.importer.mig)."""
         layout, why = layout_from_mig_parted(entries)
         if layout is None:
+            # mig_parted's reasons quote the entry's values: a line, not a dump.
+            why = why if len(why) <= SHOWN_MAX else f"{why[: SHOWN_MAX - 1]}\u2026"
             raise ImportInputError(f"{where}: layout {name} cannot be carried: {why}")
         return layout
 
     def _mig_configs(self, name: str, data: Mapping[str, str]) -> dict:
         if "config.yaml" not in data:
             raise ImportInputError(f"configmap {name}: a mig-parted ConfigMap holds its document under config.yaml")
-        try:
-            document = yaml.safe_load(data["config.yaml"]) or {}
-        except yaml.YAMLError as exc:
-            raise ImportInputError(f"configmap {name}, key config.yaml: not valid YAML: {exc}") from None
+        document = embedded_yaml(data["config.yaml"], f"configmap {name}, key config.yaml") or {}
         configs = document.get("mig-configs") if isinstance(document, dict) else None
         if not isinstance(configs, dict):
             raise ImportInputError(f"configmap {name}, key config.yaml: no mig-configs mapping")
+        check_input(configs, {str(layout): MIG_PARTED_LAYOUT for layout in configs}, f"configmap {name}, key config.yaml: mig-configs")
         return configs
 
     def _unread_configmaps(self) -> None:

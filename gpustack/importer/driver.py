@@ -11,7 +11,7 @@ from components.config.cluster import _SEMVER_TAG
 from components.config.upgrade import WAIT_FOR_COMPLETION_AGENT
 from components.kit import naming
 from components.kit.driver_targets import sanitize_kernel
-from gpustack.importer.common import ImportInputError, _show, int_or_percent, truthy
+from gpustack.importer.common import ImportInputError, _show, int_or_percent, shown_input, truthy
 
 DRIVER_MANAGER_ENV_DEFAULTS = {  # the state-driver asset's values (fact sheet §2.3)
     "ENABLE_GPU_POD_EVICTION": "true",
@@ -234,10 +234,11 @@ class DriverMixin:
 def _seconds(value: str, where: str) -> int:
     """A Go duration or plain seconds, as k8s-driver-manager's DRAIN_TIMEOUT_SECONDS takes it."""
     text = value.strip()
-    if text.isdigit():
+    # [0-9], not \d or isdigit(): those take any Unicode digit, which no Go duration has.
+    if re.fullmatch(r"[0-9]{1,9}", text):
         return int(text)
-    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    match = re.fullmatch(r"(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?", text)
     if not text or not match:
-        raise ImportInputError(f"{where}: {value!r} is not a duration such as 300s or 5m")
+        raise ImportInputError(f"{where}: {shown_input(value)} is not a duration such as 300s or 5m")
     h, m, s = (int(g or 0) for g in match.groups())
     return h * 3600 + m * 60 + s

@@ -11,7 +11,7 @@ from typing import Optional
 
 from components.catalogs import catalog
 from gpustack.importer.clusterpolicy import _Spec
-from gpustack.importer.common import ImportInputError
+from gpustack.importer.common import ImportInputError, shown_input
 
 # ClusterPolicy section -> (catalog.IMAGES component, versions key gpu-stack pins it under).
 IMAGE_SECTIONS: tuple[tuple[str, str, Optional[str]], ...] = (
@@ -208,7 +208,7 @@ class ImagesMixin:
             s.use(f"{section}.imagePullSecrets")
             secrets = s.get(f"{section}.imagePullSecrets") or []
             if not isinstance(secrets, list) or not all(isinstance(x, str) for x in secrets):
-                raise ImportInputError(f"spec.{section}.imagePullSecrets: expected a list of Secret names, got {secrets!r}")
+                raise ImportInputError(f"spec.{section}.imagePullSecrets: expected a list of Secret names, got {shown_input(secrets)}")
             pod = per_pod.setdefault(POD_OF[section], [])
             pod += [x for x in secrets if x not in pod]
         common = [x for x in next(iter(per_pod.values()), []) if all(x in names for names in per_pod.values())]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from components.catalogs.operand_overrides import owned_env
+from gpustack.importer.common import looks_like_credential
 from gpustack.importer.images import OPERAND_OF
 from gpustack.importer.report import _same_as_gpu_stack
 
@@ -279,6 +280,12 @@ class MappingMixin:
                 self.report(where, value, f"gpu-stack sets {name} for this operand from {owned[name]}; set that instead")
                 continue
             s.use_env(f"{section}.env", name)
+            if looks_like_credential(name, value):
+                # A stack file is kept in git and operands.<operand>.env renders literal values: a credential
+                # belongs in a Secret the operand reads (driver.secretEnv for the driver).
+                self.report(where, value, "looks like a credential, so it is not copied into the stack file; keep it in "
+                                          "a Kubernetes Secret (the driver reads one with driver.secretEnv)")
+                continue
             carried_env.append({"name": name, "value": str(value)})
         if carried_env:
             self.put(f"operands.{operand}.env", carried_env, origin=f"spec.{section}.env")

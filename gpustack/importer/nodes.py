@@ -10,7 +10,9 @@ from typing import Any, Mapping, Optional, Sequence
 from components.catalogs import catalog
 from components.catalogs import consts
 from components.config import node_images
+from components.config.base import label_value_problem, qualified_name_problem
 from gpustack.importer.common import ImportInputError, _slug, objects_of
+from gpustack.importer.shapes import MAPPING, STRING, STRING_MAP, Kind, check_input, item_path
 from node_images import catalog as node_image_catalog
 
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -29,9 +31,9 @@ def model_from_product(product: str, memory_mib: Optional[str] = None) -> Option
     tokens = {t.upper() for t in re.split(r"[-_ ]+", base)}
     gib = None
     for token in tokens:
-        if re.fullmatch(r"\d+GB", token):
+        if re.fullmatch(r"[0-9]{1,6}GB", token):
             gib = int(token[:-2])
-    if gib is None and memory_mib and memory_mib.isdigit():
+    if gib is None and memory_mib and re.fullmatch(r"[0-9]{1,9}", memory_mib):
         gib = round(int(memory_mib) / 1024)
     for name in ("GB300", "GB200", "B300", "B200", "GH200", "H200", "L40S", "L4", "A30", "A10", "T4", "V100"):
         if name in tokens:
@@ -69,15 +71,47 @@ class _Node:
         return self.labels.get(consts.GPU_PRESENT) == "true" or any(self.labels.get(l) == "true" for l in consts.NFD_GPU_LABELS)
 
 
+# What the import reads of a Node (core/v1): its name, labels (string -> string) and the versions it reports.
+NODE_FIELDS: dict[str, Kind] = {
+    "metadata": MAPPING,
+    "metadata.name": STRING,
+    "metadata.labels": STRING_MAP,
+    "status": MAPPING,
+    "status.nodeInfo": MAPPING,
+    "status.nodeInfo.containerRuntimeVersion": STRING,
+    "status.nodeInfo.kubeletVersion": STRING,
+}
+# A node carries dozens of NFD and GFD labels, never thousands: a dump with more is not one kubectl printed.
+MAX_NODE_LABELS = 1024
+
+
 def nodes_of(document: Any, path: str) -> list[_Node]:
     nodes = []
-    for obj in objects_of(document, ("Node",), path):
+    for i, obj in enumerate(objects_of(document, ("Node",), path)):
+        at = item_path(obj, document, i)
+        check_input(obj, NODE_FIELDS, path, at)
         meta = obj.get("metadata") or {}
+        where = f"{path}: {at}." if at else f"{path}: "
+        if not meta.get("name"):
+            raise ImportInputError(f"{where}metadata.name: a Node has a name")
+        _check_labels(meta.get("labels") or {}, f"{where}metadata.labels")
         info = (obj.get("status") or {}).get("nodeInfo") or {}
-        labels = meta.get("labels") or {}
-        nodes.append(_Node(str(meta.get("name")), {str(k): str(v) for k, v in labels.items()},
-                           info.get("containerRuntimeVersion"), info.get("kubeletVersion")))
+        nodes.append(_Node(meta["name"], dict(meta.get("labels") or {}), info.get("containerRuntimeVersion"),
+                           info.get("kubeletVersion")))
     return nodes
+
+
+def _check_labels(labels: Mapping[str, str], where: str) -> None:
+    """Label keys and values as the API server takes them (bounded lengths), so no label of a dump is garbage."""
+    if len(labels) > MAX_NODE_LABELS:
+        raise ImportInputError(f"{where}: {len(labels)} labels; at most {MAX_NODE_LABELS} (nodes.MAX_NODE_LABELS)")
+    for key, value in labels.items():
+        problem = qualified_name_problem(key)
+        if problem:
+            raise ImportInputError(f"{where}: key {problem}")
+        problem = label_value_problem(value)
+        if problem:
+            raise ImportInputError(f"{where}.{key}: {problem}")
 
 
 @dataclass

@@ -4,7 +4,7 @@ exporter's monitoring, the component switches, sandbox workloads (VFIO, vGPU, Ka
 from __future__ import annotations
 
 from gpustack.importer.clusterpolicy import CRD_DEFAULTS
-from gpustack.importer.common import ImportInputError, int_or_percent, truthy
+from gpustack.importer.common import ImportInputError, int_or_percent, shown_input, truthy
 
 # The chart stamps these on every operand to mark it as its own (gpu-operator.operand-labels helper).
 HELM_OPERAND_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
@@ -71,7 +71,7 @@ class OperandsMixin:
             carried = []
             for i, toleration in enumerate(tolerations):
                 if not isinstance(toleration, dict):
-                    raise ImportInputError(f"spec.daemonsets.tolerations[{i}]: expected a toleration mapping, got {toleration!r}")
+                    raise ImportInputError(f"spec.daemonsets.tolerations[{i}]: expected a toleration mapping, got {shown_input(toleration)}")
                 entry = {k: toleration[k] for k in ("key", "operator", "value", "effect") if toleration.get(k) not in (None, "")}
                 for extra in sorted(set(toleration) - {"key", "operator", "value", "effect"}):
                     self.report(f"spec.daemonsets.tolerations[{i}].{extra}", toleration[extra],

@@ -56,6 +56,8 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.vgpuDeviceManager.config.name", "a custom vGPU devices ConfigMap is not read; gpu-stack renders default-vgpu-devices-config"),
     ("spec.psa.enabled", "gpu-stack labels its namespace pod-security privileged whatever this says"),
     ("spec.cdi.nriPluginEnabled", "gpu-stack has no NRI plugin mode (fact sheet §8.2): CDI goes through the runtime's config"),
+    ("spec.*.env[*].*", "the ClusterPolicy's env entries are {name, value} (the CRD has no valueFrom, the operator never "
+                        "saw it): not carried; the driver reads a Secret with driver.secretEnv"),
     ("spec.*.env[*]", "gpu-stack owns this variable for this operand (it derives it from its own keys)"),
 )
 
@@ -67,8 +69,15 @@ def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     elif isinstance(value, list) and path.endswith(".env"):
         for i, entry in enumerate(value):
             name = entry.get("name") if isinstance(entry, dict) else None
+            if not name:
+                yield f"{path}[{i}]", entry
+                continue
             # An env entry is a leaf even when its value is empty: setting a variable to "" is a setting.
-            yield (f"{path}[{name}]", entry.get("value", "")) if name else (f"{path}[{i}]", entry)
+            if "value" in entry or set(entry) == {"name"}:
+                yield f"{path}[{name}]", entry.get("value", "")
+            # Fields the CRD's EnvVar lacks (valueFrom): reported, never dropped with the entry.
+            for key in sorted(set(entry) - {"name", "value"}):
+                yield from _leaves(entry[key], f"{path}[{name}].{key}")
     else:
         yield path, value
 

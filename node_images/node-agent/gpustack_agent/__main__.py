@@ -14,9 +14,9 @@ import argparse
 import datetime
 import json
 import os
-import re
 import signal
 import sys
+import traceback
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Mapping, Sequence
@@ -25,7 +25,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import completion, gate, inventory, kube, labels, pacer
+from . import completion, configfile, gate, inventory, kube, labels, labelcheck, pacer
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60
@@ -34,14 +34,20 @@ SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
 # The API server bounds nothing, but a selector this long is a template gone wrong, not a selector.
 MAX_POD_SELECTOR_LENGTH = 1024
-# RFC 1123 subdomain, the form of a DaemonSet name.
-_OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Upper bound of every seconds setting: a week, far above what the Pulumi program writes (a day at most); beyond
+# it is a typo, and a sleep that long overflows the platform's timer.
+MAX_SECONDS = 7 * 24 * 3600
+# Upper bound of an EXPECTED_NODES count, far above any fleet.
+MAX_EXPECTED_NODES = 1_000_000
 
 LABEL_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
   CONFIG_FILE      node-pools config, re-read on every reconcile (default {DEFAULT_CONFIG_FILE})
   RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS});
                    at most {kube.PACE_POLL_SECONDS} while the node holds a removal slot
+
+A config that cannot be used at startup exits 2; one that turns bad later is logged and the last good one kept.
+Failures (API errors, a watch the server ends at once) are retried after a growing, jittered pause of at most 30 s.
 
 With config version 2, deploy label removals and driver handovers wait for GPU work to end
 (or drain it) and for one of the `removal.maxUnavailable` slots, Leases in `removal.namespace`.
@@ -114,18 +120,19 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int, maximum: int = MAX_SECONDS) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         if default is None:
             raise SettingsError(f"{name} must be set")
         return default
     try:
-        value = int(raw)
+        # More digits than the maximum has is out of range without converting (a huge string is slow to convert).
+        value = int(raw) if len(raw) <= len(str(maximum)) + 1 else maximum + 1
     except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+        raise SettingsError(f"{name} must be an integer, got {labelcheck.shown(repr(raw))}") from None
+    if not minimum <= value <= maximum:
+        raise SettingsError(f"{name} must be from {minimum} to {maximum}, got {labelcheck.shown(raw)}")
     return value
 
 
@@ -171,8 +178,9 @@ def _expected_nodes(env: Mapping[str, str], pools: Sequence[str]) -> tuple[tuple
             raise SettingsError(f"EXPECTED_NODES entry {entry!r} is not pool=count: {raw!r}")
         if not pool or not labels.is_label_value(pool):
             raise SettingsError(f"EXPECTED_NODES entry {entry!r}: {pool!r} is not a valid pool name (label value)")
-        if not count.isdigit() or not count.isascii():
-            raise SettingsError(f"EXPECTED_NODES entry {entry!r}: the count must be an integer of at least 0")
+        if not count.isdigit() or not count.isascii() or len(count) > 7 or int(count) > MAX_EXPECTED_NODES:
+            raise SettingsError(f"EXPECTED_NODES entry {labelcheck.shown(repr(entry))}: the count must be an integer "
+                                f"from 0 to {MAX_EXPECTED_NODES}")
         if any(pool == seen for seen, _ in expected):
             raise SettingsError(f"EXPECTED_NODES names {pool} more than once")
         # A pool POOLS leaves out is never judged, so the gate could only ever time out.
@@ -185,7 +193,7 @@ def _expected_nodes(env: Mapping[str, str], pools: Sequence[str]) -> tuple[tuple
 def _is_object_name(value: str) -> bool:
     # A malformed name can never exist, so the gate would report "not found" until
     # its timeout instead of failing at once.
-    return len(value) <= 253 and bool(_OBJECT_NAME_RE.match(value))
+    return labelcheck.is_object_name(value)
 
 
 @dataclass(frozen=True)
@@ -276,15 +284,20 @@ def read_own_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None
         return None
 
 
-def read_config(path: str) -> labels.Config:
-    """Parse the mounted ConfigMap; any problem reading it is a ConfigError so the
-    label loop treats a missing file like an invalid one and leaves labels alone."""
+read_config = configfile.read_config
+
+
+def _config_source(settings: "LabelSettings", command: str) -> configfile.ConfigSource | None:
+    """The config of a `label` or `inventory` run, read once before the loop starts: a document that cannot be
+    used at startup is a bad setting (None, exit 2); one that turns bad later keeps the last good one."""
+    source = configfile.ConfigSource(settings.config_file, node_name=settings.node_name, log=log_json)
     try:
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise labels.ConfigError(f"cannot read node-pools config {path}: {exc}") from exc
-    return labels.parse_config(raw)
+        source.load()
+    except labels.ConfigError as exc:
+        log_json({"level": "error", "event": "config-invalid", "command": command, "node": settings.node_name,
+                  "error": str(exc)})
+        return None
+    return source
 
 
 def log_json(record: dict[str, Any]) -> None:
@@ -346,13 +359,16 @@ Clients = Callable[[], tuple[Any, Any, Any, Any]]
 
 
 def _run_label(settings: LabelSettings, clients: Clients) -> int:
+    source = _config_source(settings, "label")
+    if source is None:
+        return EXIT_USAGE
     core, _, _, coordination = clients()
     log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_label_loop(
         core,
         node_name=settings.node_name,
-        load_config=lambda: read_config(settings.config_file),
+        load_config=source.load,
         resync_seconds=settings.resync_seconds,
         log=log_json,
         reconcile=pacer.Pacer(core, coordination, node_name=settings.node_name, log=log_json),
@@ -361,13 +377,16 @@ def _run_label(settings: LabelSettings, clients: Clients) -> int:
 
 
 def _run_inventory(settings: LabelSettings, clients: Clients) -> int:
+    source = _config_source(settings, "inventory")
+    if source is None:
+        return EXIT_USAGE
     core, _, _, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "inventory", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_inventory_loop(
         core,
         node_name=settings.node_name,
-        load_config=lambda: read_config(settings.config_file),
+        load_config=source.load,
         read_inventory=inventory.read_inventory,
         resync_seconds=settings.resync_seconds,
         log=log_json,
@@ -452,6 +471,11 @@ def main(
         # the pod's restarts visible instead of hiding the problem in a log.
         log_json({"level": "error", "event": "fatal", "command": args.command,
                   "error": f"{type(exc).__name__}: {exc}".strip()})
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - a bug: still one JSON log line, with the traceback for a report
+        log_json({"level": "error", "event": "crashed", "command": args.command,
+                  "error": labelcheck.shown(f"{type(exc).__name__}: {exc}"),
+                  "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))})
         return EXIT_FAILED
     finally:
         signal.signal(signal.SIGTERM, previous)

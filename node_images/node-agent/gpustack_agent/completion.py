@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from . import kube
+from . import backoff, kube
 
 # Names the node's cordon as this agent's, so it (and only it) uncordons the node.
 CORDON_ANNOTATION = "gpu-stack/wait-for-completion-cordoned"
@@ -181,12 +181,14 @@ class Waiter:
 
     def _wait(self, deadline: Optional[float], base: dict[str, Any], started: float) -> bool:
         """Poll until no matching pod runs or the deadline passed; False when no list ever succeeded."""
-        poll, failures, listed, last = FIRST_POLL_SECONDS, 0, False, None
+        poll, listed, last = FIRST_POLL_SECONDS, False, None
+        pause = backoff.Backoff(self.rng)
         while True:
             remaining = None if deadline is None else deadline - self.clock()
             try:
                 running = running_pods(self._pods(self._request_timeout(remaining)), self.own_pod)
-                listed, failures = True, 0
+                listed = True
+                pause.reset()
                 if not running:
                     self.log({"level": "info", "event": "pods-completed", **base,
                               "waitedSeconds": round(self.clock() - started)})
@@ -198,8 +200,7 @@ class Waiter:
             except (ApiException, urllib3.exceptions.HTTPError) as exc:
                 if not kube.is_transient(exc):
                     raise
-                failures += 1
-                delay = kube.backoff_delay(failures, self.rng)
+                delay = pause.failure()
                 self.log({"level": "warning", "event": "retry", "node": self.node_name,
                           "delaySeconds": round(delay, 3), **kube._describe(exc)})
             remaining = None if deadline is None else deadline - self.clock()
@@ -219,7 +220,7 @@ class Waiter:
     def _retrying(self, step: Callable[[float], T], deadline: Optional[float]) -> T:
         """``step`` until it succeeds, retrying transient errors with jittered backoff until ``deadline`` (None:
         forever); errors retrying cannot fix (401, 403, 404, 422) are raised."""
-        failures = 0
+        pause = backoff.Backoff(self.rng)
         while True:
             remaining = None if deadline is None else deadline - self.clock()
             try:
@@ -227,11 +228,10 @@ class Waiter:
             except (ApiException, urllib3.exceptions.HTTPError) as exc:
                 if not kube.is_transient(exc):
                     raise
-                failures += 1
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
                     raise Unreachable(", ".join(f"{k}={v}" for k, v in kube._describe(exc).items())) from exc
-                delay = kube.backoff_delay(failures, self.rng)
+                delay = pause.failure()
                 self.log({"level": "warning", "event": "retry", "node": self.node_name,
                           "delaySeconds": round(delay, 3), **kube._describe(exc)})
                 self.sleep(delay if remaining is None else min(delay, remaining))

@@ -52,8 +52,8 @@ MEMORY_TOLERANCE = 0.95
 
 # A MIG device's NVML name ends in its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "... MIG 1g.10gb+me", or
 # "... MIG 1c.3g.40gb" for one compute instance of several in a GPU instance.
-_PROFILE_IN_NAME = re.compile(r"MIG\s+((?:\d+c\.)?\d+g\.\d+gb(?:[-+][a-z.]+)?)\s*$")
-_PROFILE_KEY = re.compile(r"^(\d+)g\.(\d+)gb")
+_PROFILE_IN_NAME = re.compile(r"MIG\s+((?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb(?:[-+][a-z.]+)?)\s*$")
+_PROFILE_KEY = re.compile(r"^([0-9]+)g\.([0-9]+)gb")
 
 
 @dataclass(frozen=True)
@@ -473,7 +473,7 @@ def passthrough_problems(inventory: Inventory, pool: str) -> list[Drift]:
 def single_profile(layout: str) -> Optional[str]:
     """The profile of a single-profile builtin layout: `all-1g.10gb.me` -> `1g.10gb+me` (mig-parted writes `+`
     as `.` in config names); None for all-disabled, all-enabled, all-balanced and custom layouts."""
-    match = re.match(r"^all-(\d+g\.\d+gb)(.*)$", layout)
+    match = re.fullmatch(r"all-([0-9]+g\.[0-9]+gb)(.*)", layout)
     if not match:
         return None
     rest = match.group(2)

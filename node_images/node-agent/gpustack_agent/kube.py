@@ -21,7 +21,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from . import gate, inventory, labels, pods
+from . import backoff, gate, inventory, labelcheck, labels, pods
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -30,8 +30,8 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 # Slack on top of the server-side watch timeout before the client gives up on a
 # connection that died silently (e.g. a dropped NAT entry).
 WATCH_CLIENT_SLACK_SECONDS = 30.0
-BACKOFF_BASE_SECONDS = 1.0
-BACKOFF_CAP_SECONDS = 30.0
+BACKOFF_BASE_SECONDS = backoff.BASE_SECONDS
+BACKOFF_CAP_SECONDS = backoff.CAP_SECONDS
 # While a node holds a removal slot its progress (operand pods leaving, the new driver getting Ready) causes no
 # event on its Node, so the watch is cut this short to look again; the other nodes are waiting on it.
 PACE_POLL_SECONDS = 10
@@ -144,10 +144,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def backoff_delay(failures: int, rng: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with jitter: every node's agent sees the same API server
-    outage, and retrying in lockstep would hit it again all at once."""
-    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * (2 ** max(0, failures - 1)))
-    return ceiling * (0.5 + rng() / 2)
+    """The pause after ``failures`` failures in a row (:func:`.backoff.delay`)."""
+    return backoff.delay(failures, rng)
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:
@@ -181,8 +179,13 @@ def apply_label_patch(core: Any, node: Mapping[str, Any], patch: Mapping[str, An
     return True
 
 
+# What one pass of a loop reports: HEALTHY resets the backoff, SHORT (a watch the server ended long before its
+# timeout) counts as a failure, NEUTRAL (a new pass asked for by an event) does neither.
+HEALTHY, SHORT, NEUTRAL = "healthy", "short", "neutral"
+
+
 def _keep_running(
-    one_pass: Callable[[], None],
+    one_pass: Callable[[], str],
     *,
     node_name: str,
     resync_seconds: int,
@@ -193,21 +196,36 @@ def _keep_running(
 ) -> None:
     """Run ``one_pass`` until ``stop()``, surviving what a node agent must survive: an invalid config (logged,
     retried after ``resync_seconds``; kubelet rewrites the mounted file in place, so a fix is picked up without a
-    restart) and transient API errors (retried with jittered backoff). Other API errors end the process."""
-    failures = 0
+    restart), transient API errors, a watch that ends at once, and any other error of a pass (garbage in an API
+    object), all retried after a jittered exponential backoff, so no failure makes a hot loop. API errors retrying
+    cannot fix (401, 403, 404, 422) end the process."""
+    pause = backoff.Backoff(rng)
     while not stop():
         try:
-            one_pass()
-            failures = 0
+            outcome = one_pass()
         except labels.ConfigError as exc:
             log({"level": "error", "event": "config-invalid", "node": node_name, "error": str(exc)})
             sleep(resync_seconds)
+            continue
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             if not is_transient(exc):
                 raise
-            failures += 1
-            delay = backoff_delay(failures, rng)
+            delay = pause.failure()
             log({"level": "warning", "event": "retry", "node": node_name, "delaySeconds": round(delay, 3), **_describe(exc)})
+            sleep(delay)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a DaemonSet agent must outlive one bad object; logged, retried
+            delay = pause.failure()
+            log({"level": "error", "event": "pass-failed", "node": node_name, "delaySeconds": round(delay, 3),
+                 "error": labelcheck.shown(f"{type(exc).__name__}: {exc}")})
+            sleep(delay)
+            continue
+        if outcome == HEALTHY:
+            pause.reset()
+        elif outcome == SHORT:
+            delay = pause.failure()
+            log({"level": "warning", "event": "watch-ended-early", "node": node_name,
+                 "delaySeconds": round(delay, 3)})
             sleep(delay)
 
 
@@ -223,42 +241,61 @@ def run_label_loop(
     watch_events: Watcher = watch_node,
     rng: Callable[[], float] = random.random,
     reconcile: Reconcile | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Keep the node's labels reconciled until ``stop()`` is true.
 
     Each pass reads the node, reconciles, then watches it for ``resync_seconds``
     reconciling on every change; the watch timing out is the periodic resync that
     picks up config file changes (they produce no node event). With an invalid config
-    the labels stay as they are: guessing could strip deploy labels from every node.
+    the labels stay as they are: guessing could strip deploy labels from every node (the
+    agent's ``load_config``, :class:`.configfile.ConfigSource`, returns the last good one instead).
 
     ``reconcile`` (default: every change at once, :func:`reconcile_node`) is the paced
     reconcile of :class:`.pacer.Pacer` in the agent; while it says a paced change is in
     progress the watch lasts at most PACE_POLL_SECONDS.
+
+    A watch the server ends long before its timeout (closed at once, an empty stream) counts as a failure: the
+    next pass waits the loop's backoff. Labels and annotations the agent cannot make sense of are logged once
+    each (``label-invalid``).
     """
     if reconcile is None:
         def reconcile(node: Mapping[str, Any], config_data: Any) -> bool:
             reconcile_node(core, node, config_data, log)
             return False
+    warnings = labelcheck.Warnings(log)
 
-    def one_pass() -> None:
+    def handle(node: Mapping[str, Any]) -> bool:
+        config_data = load_config()
+        try:
+            config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
+        except labels.ConfigError:
+            # The reconcile reports it (config-invalid) and changes nothing; without a config, nothing to judge.
+            return reconcile(node, config_data)
+        warnings.report(node_name, labelcheck.label_problems(node, config))
+        return reconcile(node, config)
+
+    def one_pass() -> str:
         node = get_node(core, node_name)
-        busy = reconcile(node, load_config())
+        busy = handle(node)
         timeout = min(resync_seconds, PACE_POLL_SECONDS) if busy else resync_seconds
         resource_version = (node.get("metadata") or {}).get("resourceVersion")
+        started = clock()
         events = iter(watch_events(core, node_name, timeout, resource_version))
         try:
             for event in events:
                 if stop():
-                    return
-                if event["type"] in ("ADDED", "MODIFIED") and reconcile(event["object"], load_config()) != busy:
+                    return NEUTRAL
+                if event.get("type") in ("ADDED", "MODIFIED") and handle(event["object"]) != busy:
                     # A new pass, so that the watch runs for as long as the new state asks.
-                    return
+                    return NEUTRAL
         finally:
             # Release the watch connection now when leaving early (error, stop),
             # not whenever the generator happens to be collected.
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+        return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY
 
     _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
@@ -283,7 +320,9 @@ def run_inventory_loop(
     minute late is still a report.
     """
 
-    def one_pass() -> None:
+    warnings = labelcheck.Warnings(log)
+
+    def one_pass() -> str:
         try:
             found: inventory.Inventory | inventory.NvmlUnavailable = read_inventory()
         except inventory.NvmlUnavailable as exc:
@@ -292,6 +331,7 @@ def run_inventory_loop(
             found = exc
         node = get_node(core, node_name)
         metadata = node.get("metadata") or {}
+        warnings.report(node_name, labelcheck.mig_state_problems(node))
         wanted, drift = inventory.wanted_annotations(found, metadata.get("labels") or {}, load_config())
         patch = inventory.annotation_patch(node, wanted)
         if patch is not None:
@@ -304,6 +344,7 @@ def run_inventory_loop(
                 log({"level": "warning" if drift else "info", "event": "inventory", "node": node_name,
                      "inventory": found.summary(), "drift": [d.as_json() for d in drift]})
         sleep(resync_seconds)
+        return HEALTHY
 
     _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
@@ -329,6 +370,7 @@ def run_gate(
     termination_message_path: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
 ) -> int:
     """Poll until every GPU node is validated or ``timeout_seconds`` pass, record
     the verdict on the Job, print it, and return the process exit code.
@@ -345,7 +387,9 @@ def run_gate(
     deadline = clock() + timeout_seconds
     result: dict[str, Any] | None = None
     last_error = "no poll completed"
+    pause = backoff.Backoff(rng)
     while True:
+        delay = float(poll_seconds)
         # Bound each call by the time left so a hung API server cannot stretch the
         # gate past its timeout by more than one poll.
         request_timeout = max(1.0, min(float(poll_seconds), deadline - clock()))
@@ -386,17 +430,20 @@ def run_gate(
             if "driverRollout" in result:
                 progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
             log({"level": "info", "event": "poll", **progress})
+            pause.reset()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             # Every error is retried until the deadline, 403 included: the Job is
             # created by the same `pulumi up` as its RBAC, which may land a moment later.
+            # Never sooner than the next poll, later while the failures go on.
+            delay = max(delay, pause.failure())
             last_error = json.dumps(_describe(exc), separators=(",", ":"))
-            log({"level": "warning", "event": "poll-failed", **_describe(exc)})
+            log({"level": "warning", "event": "poll-failed", "delaySeconds": round(delay, 3), **_describe(exc)})
         if result is not None and gate.is_settled(result, mode):
             break
         remaining = deadline - clock()
         if remaining <= 0:
             break
-        sleep(min(float(poll_seconds), remaining))
+        sleep(min(delay, remaining))
 
     if result is None:
         result = gate.unavailable_result(last_error, pools, sandbox=sandbox_validator)

@@ -31,11 +31,21 @@ OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
 APPLIED_LABELS_ANNOTATION = "gpu-stack/applied-labels"
 PAUSED_MARKER = "paused-for-"
 
-# Kubernetes label values: at most 63 characters, alphanumeric at both ends.
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-# RFC 1123 label, the form of a namespace name.
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_PERCENT_RE = re.compile(r"^([0-9]+)%$")
+# Bounds on the document, far above what a Pulumi program writes (it refuses more pools than this itself): a
+# document beyond them is a broken or hostile ConfigMap, and the agent compares every pool on every node event.
+MAX_POOLS = 256
+# Entries of one list or map: gpuNodeLabels, managedDeployLabels, a pool's nodeSelector, labels, deployLabels.
+MAX_ENTRIES = 128
+
+# Kubernetes label values: at most 63 characters, alphanumeric at both ends. All patterns here are used with
+# fullmatch: Python's `$` would let a trailing newline through.
+_LABEL_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# The name part of a label key (a qualified name): 1 to 63 characters, alphanumeric at both ends.
+_LABEL_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+# RFC 1123 label, the form of a namespace name; a subdomain is dot-separated labels, the prefix of a label key.
+_DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_PERCENT_RE = re.compile(r"([0-9]{1,3})%")
 
 
 class ConfigError(ValueError):
@@ -74,9 +84,19 @@ class Config:
     removal: Removal | None = None
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut to 80 characters: a broken document can hold megabytes."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
+
+
 def _str_list(value: Any, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where} must be a list of non-empty strings, got {value!r}")
+        raise ConfigError(f"{where} must be a list of non-empty strings, got {_shown(value)}")
+    if len(value) > MAX_ENTRIES:
+        raise ConfigError(f"{where} has {len(value)} entries, more than the limit of {MAX_ENTRIES}")
+    for key in value:
+        _check_label_key(key, where)
     return list(value)
 
 
@@ -84,40 +104,60 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
     ):
-        raise ConfigError(f"{where} must be an object of string to string, got {value!r}")
+        raise ConfigError(f"{where} must be an object of string to string, got {_shown(value)}")
+    if len(value) > MAX_ENTRIES:
+        raise ConfigError(f"{where} has {len(value)} entries, more than the limit of {MAX_ENTRIES}")
+    for key, item in value.items():
+        _check_label_key(key, where)
+        _check_label_value(item, f"{where}[{_shown(key)}]")
     return dict(value)
 
 
 def is_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_LABEL_VALUE_RE.match(value))
+    return len(value) <= 63 and _LABEL_VALUE_RE.fullmatch(value) is not None
+
+
+def is_label_key(key: str) -> bool:
+    """A Kubernetes label key: an optional DNS subdomain prefix of at most 253 characters and `/`, then a name of
+    1 to 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(prefix) is None):
+        return False
+    return len(name) <= 63 and _LABEL_NAME_RE.fullmatch(name) is not None
+
+
+def _check_label_key(key: str, where: str) -> None:
+    # The API server would refuse the patch (422), which ends the agent on every node at once.
+    if not is_label_key(key):
+        raise ConfigError(f"{where}: {_shown(key)} is not a valid Kubernetes label key")
 
 
 def _check_label_value(value: str, where: str) -> None:
     # Caught here rather than by the API server, whose 422 would only show up as a
     # failed patch on every node at once.
     if not is_label_value(value):
-        raise ConfigError(f"{where} {value!r} is not a valid Kubernetes label value")
+        raise ConfigError(f"{where} {_shown(value)} is not a valid Kubernetes label value")
 
 
 def _parse_removal(raw: Any) -> Removal:
     if not isinstance(raw, dict):
-        raise ConfigError(f"removal must be an object with maxUnavailable, drain and namespace, got {raw!r}")
+        raise ConfigError(f"removal must be an object with maxUnavailable, drain and namespace, got {_shown(raw)}")
     budget = raw.get("maxUnavailable")
     if isinstance(budget, str):
-        match = _PERCENT_RE.match(budget)
+        match = _PERCENT_RE.fullmatch(budget)
         if not match or not 1 <= int(match.group(1)) <= 100:
             raise ConfigError(f"removal.maxUnavailable must be a count of at least 1 or a percentage from 1% to "
-                              f"100%, got {budget!r}")
+                              f"100%, got {_shown(budget)}")
     elif isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         # bool is an int in Python, and `true` would otherwise read as a budget of one node.
         raise ConfigError(f"removal.maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%, "
-                          f"got {budget!r}")
+                          f"got {_shown(budget)}")
     drain = raw.get("drain")
     if not isinstance(drain, bool):
-        raise ConfigError(f"removal.drain must be true or false, got {drain!r}")
+        raise ConfigError(f"removal.drain must be true or false, got {_shown(drain)}")
     namespace = raw.get("namespace")
-    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.match(namespace):
-        raise ConfigError(f"removal.namespace must be a namespace name (an RFC 1123 label), got {namespace!r}")
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.fullmatch(namespace):
+        raise ConfigError(f"removal.namespace must be a namespace name (an RFC 1123 label), got {_shown(namespace)}")
     return Removal(budget, drain, namespace)
 
 
@@ -133,7 +173,7 @@ def parse_config(raw: Any) -> Config:
     version = raw.get("version")
     if isinstance(version, bool) or version not in SUPPORTED_CONFIG_VERSIONS:
         raise ConfigError(
-            f"unsupported node-pools config version {version!r}: this agent understands versions "
+            f"unsupported node-pools config version {_shown(version)}: this agent understands versions "
             f"{' and '.join(map(str, SUPPORTED_CONFIG_VERSIONS))}; deploy a node agent image that "
             "matches the Pulumi program"
         )
@@ -152,16 +192,18 @@ def parse_config(raw: Any) -> Config:
 
     raw_pools = raw.get("pools", [])
     if not isinstance(raw_pools, list):
-        raise ConfigError(f"pools must be a list, got {raw_pools!r}")
+        raise ConfigError(f"pools must be a list, got {_shown(raw_pools)}")
+    if len(raw_pools) > MAX_POOLS:
+        raise ConfigError(f"pools has {len(raw_pools)} entries, more than the limit of {MAX_POOLS}")
 
     pools: list[Pool] = []
     for index, raw_pool in enumerate(raw_pools):
         where = f"pools[{index}]"
         if not isinstance(raw_pool, dict):
-            raise ConfigError(f"{where} must be an object, got {raw_pool!r}")
+            raise ConfigError(f"{where} must be an object, got {_shown(raw_pool)}")
         name = raw_pool.get("name")
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where}.name must be a non-empty string, got {name!r}")
+            raise ConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
         _check_label_value(name, f"{where}.name")
         if any(p.name == name for p in pools):
             raise ConfigError(f"{where}.name {name!r} is used by more than one pool")
@@ -173,16 +215,19 @@ def parse_config(raw: Any) -> Config:
             # The agent could add these but never remove them when the node changes pool.
             raise ConfigError(f"{where}.deployLabels {unmanaged} are not in managedDeployLabels")
         pool_labels = _str_map(raw_pool.get("labels", {}), f"{where}.labels")
-        for key, value in pool_labels.items():
-            _check_label_value(value, f"{where}.labels[{key!r}]")
         reserved = sorted(
             set(pool_labels) & ({POOL_LABEL, GPU_PRESENT_LABEL, OPERANDS_LABEL} | managed)
         )
         if reserved:
             raise ConfigError(f"{where}.labels may not set {reserved}: the agent manages them by other rules")
+        driver = pool_labels.get(DRIVER_LABEL)
+        if driver is not None and (len(driver) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(driver) is None):
+            # Driver DaemonSets select nodes by it: a value that cannot name one leaves the node without a driver.
+            raise ConfigError(f"{where}.labels[{DRIVER_LABEL!r}] {_shown(driver)} is not a DaemonSet name")
         gpu_model = raw_pool.get("gpuModel")
-        if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model):
-            raise ConfigError(f"{where}.gpuModel must be a non-empty string, got {gpu_model!r}")
+        if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model or len(gpu_model) > 253):
+            raise ConfigError(f"{where}.gpuModel must be a non-empty string of at most 253 characters, "
+                              f"got {_shown(gpu_model)}")
         pools.append(Pool(name, selector, frozenset(deploy), pool_labels, gpu_model))
 
     # If a selector or the GPU test depended on a label the agent writes, one pass
@@ -213,19 +258,26 @@ def match_pool(node_labels: Mapping[str, str], config: Config) -> Pool | None:
     return None
 
 
-def applied_labels(annotations: Mapping[str, str]) -> frozenset[str]:
-    """Keys recorded as applied by the agent; an unreadable record counts as none,
-    because removing labels on a guess could strip something a user set."""
-    raw = annotations.get(APPLIED_LABELS_ANNOTATION)
+def read_applied_record(raw: Any) -> tuple[frozenset[str], str | None]:
+    """The keys an applied-labels record names, and why it cannot be read (None when it can). An unreadable
+    record counts as none, because removing labels on a guess could strip something a user set."""
     if raw is None:
-        return frozenset()
+        return frozenset(), None
     try:
-        keys = json.loads(raw)
-    except ValueError:
-        return frozenset()
-    if not isinstance(keys, list):
-        return frozenset()
-    return frozenset(k for k in keys if isinstance(k, str))
+        keys = json.loads(raw) if isinstance(raw, str) else None
+    except (ValueError, RecursionError):
+        return frozenset(), "not JSON"
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return frozenset(), "not a JSON list of label keys"
+    # The agent records a pool's labels, at most MAX_ENTRIES of them and the pool label.
+    if len(keys) > MAX_ENTRIES + 1:
+        return frozenset(), f"names more than {MAX_ENTRIES + 1} labels"
+    return frozenset(keys), None
+
+
+def applied_labels(annotations: Mapping[str, str]) -> frozenset[str]:
+    """Keys recorded as applied by the agent (:func:`read_applied_record`)."""
+    return read_applied_record(annotations.get(APPLIED_LABELS_ANNOTATION))[0]
 
 
 def applied_record(keys: frozenset[str] | set[str]) -> str:

@@ -215,7 +215,7 @@ WAIT_ENV = {"NODE_NAME": NODE, "WAIT_POD_SELECTOR": SELECTOR, "WAIT_TIMEOUT_SECO
         ({k: v for k, v in WAIT_ENV.items() if k != "NODE_NAME"}, "NODE_NAME must be set"),
         ({**WAIT_ENV, "WAIT_POD_SELECTOR": " "}, "WAIT_POD_SELECTOR must be set"),
         ({**WAIT_ENV, "WAIT_POD_SELECTOR": "a=" + "b" * 1100}, "WAIT_POD_SELECTOR is longer than 1024"),
-        ({**WAIT_ENV, "WAIT_TIMEOUT_SECONDS": "-1"}, "WAIT_TIMEOUT_SECONDS must be at least 0"),
+        ({**WAIT_ENV, "WAIT_TIMEOUT_SECONDS": "-1"}, "WAIT_TIMEOUT_SECONDS must be from 0 to 604800"),
         ({**WAIT_ENV, "WAIT_TIMEOUT_SECONDS": "5m"}, "WAIT_TIMEOUT_SECONDS must be an integer"),
     ],
 )

@@ -163,7 +163,8 @@ def test_label_loop_reconciles_on_start_and_on_watch_events(fresh_node, apply_pa
     assert core.patch_node.call_count == 2
     second = core.patch_node.call_args_list[1].kwargs["body"]
     assert second["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
-    assert log.events() == ["labels-changed", "labels-changed"]
+    # The fake watch ends as soon as its events are out, which the loop counts as a failed watch.
+    assert log.events() == ["labels-changed", "labels-changed", "watch-ended-early"]
 
 
 def test_label_loop_retries_conflict_with_a_fresh_read(fresh_node, pool_config):
@@ -180,8 +181,9 @@ def test_label_loop_retries_conflict_with_a_fresh_read(fresh_node, pool_config):
 
     assert core.read_node.call_count == 2
     assert core.patch_node.call_count == 2
-    sleep.assert_called_once_with(0.5)
-    assert log.events() == ["retry", "labels-changed"]
+    # The second pause is the empty watch's, one step further up the same backoff.
+    assert [c.args[0] for c in sleep.call_args_list] == [0.5, 1.0]
+    assert log.events() == ["retry", "labels-changed", "watch-ended-early"]
     assert log.records[0]["status"] == 409
 
 
@@ -195,7 +197,8 @@ def test_label_loop_backs_off_on_server_errors(fresh_node, pool_config):
         stop=stop_after(3), sleep=sleep, watch_events=lambda *a: iter(()), rng=lambda: 1.0,
     )
 
-    assert [c.args[0] for c in sleep.call_args_list] == [1.0, 2.0]
+    # 4.0: the watch that ended at once is a third failure in a row.
+    assert [c.args[0] for c in sleep.call_args_list] == [1.0, 2.0, 4.0]
     core.patch_node.assert_called_once()
 
 

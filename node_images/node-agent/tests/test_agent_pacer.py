@@ -432,7 +432,8 @@ def test_the_label_loop_backs_off_failed_requests_and_looks_again_soon_while_hol
                         watch_events=watch_events, rng=lambda: 1.0, reconcile=agent.pacer)
 
     assert [r["status"] for r in agent.log.records if r["event"] == "retry"] == [503]
-    assert sleeps == [1.0]
+    # Then the empty watch's pause, one step further up the same backoff.
+    assert sleeps == [1.0, 2.0]
     assert lease_holder(cluster) == NODE and cluster.evicted == ["ml-team/train-0"]
     assert watch_timeouts == [kube.PACE_POLL_SECONDS]
 

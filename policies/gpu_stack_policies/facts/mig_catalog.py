@@ -103,7 +103,7 @@ LayoutValue = Union[Mapping[str, int], Sequence[GpuEntry]]
 
 
 def _filter_id(value: str) -> str:
-    if not isinstance(value, str) or not DEVICE_FILTER.match(value):
+    if not isinstance(value, str) or not DEVICE_FILTER.fullmatch(value):
         raise ValueError(f"device filter {value!r} is not an NVIDIA PCI id as mig-parted takes it, e.g. 0x20B210DE")
     return "0x" + value[2:].upper()
 
@@ -250,7 +250,7 @@ def _custom_problems(model: str, name: str, value: LayoutValue) -> list[str]:
     problems = []
     if name in BUILTIN_NAMES:
         problems.append("shadows the builtin layout of that name; rename it")
-    if not _LABEL_VALUE.match(name):
+    if not _LABEL_VALUE.fullmatch(name):
         problems.append(
             "the name is not a valid label value for nvidia.com/mig.config "
             "(at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)"

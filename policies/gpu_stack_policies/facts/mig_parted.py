@@ -113,7 +113,7 @@ def entry_from_mig_parted(raw: Mapping) -> GpuEntry:
         raise ValueError(f"mig-enabled is {enabled!r}; mig-parted takes true or false")
     mig_devices = raw.get("mig-devices") or {}
     if not isinstance(mig_devices, Mapping) or not all(
-        isinstance(p, str) and PROFILE_NAME.match(p) and isinstance(c, int) and not isinstance(c, bool) and c >= 1
+        isinstance(p, str) and PROFILE_NAME.fullmatch(p) and isinstance(c, int) and not isinstance(c, bool) and c >= 1
         for p, c in mig_devices.items()
     ):
         raise ValueError(f"mig-devices is {mig_devices!r}; mig-parted takes {{<profile>: <count of at least 1>}}")
