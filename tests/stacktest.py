@@ -32,6 +32,29 @@ def bag(config: dict[str, Any]) -> dict[str, str]:
     return stack_file_config({"config": config})
 
 
+def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (key, message) problems load_config refuses `config` with; fails the test if it is accepted."""
+    import pytest
+
+    from components.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(bag(config))
+    return caught.value.problems
+
+
+def setter(*path: Any, value: Any):
+    """An edit that sets `value` at `path` (section keys and list indices) of a config, creating sections."""
+
+    def change(config: dict[str, Any]) -> None:
+        node = config
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+        node[path[-1]] = value
+
+    return change
+
+
 _cache: dict[tuple[str, str, bool], Recording] = {}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from components.catalogs import catalog
 from components.config import ConfigError, load_config
-from stacktest import bag, render, stack_config
+from stacktest import bag, config_problems, render, setter, stack_config
 
 BASE = stack_config("prod-managed")
 
@@ -20,20 +20,7 @@ def mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     return config
 
 
-def problems(config: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as caught:
-        load_config(bag(config))
-    return caught.value.problems
-
-
-def setter(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(config: dict[str, Any]) -> None:
-        node = config
-        for key in path[:-1]:
-            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
-        node[path[-1]] = value
-
-    return change
+problems = config_problems
 
 
 def deleter(*path: Any) -> Callable[[dict[str, Any]], None]:

@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import pytest
 
-from stacktest import ROOT, bag, container, objects, render, stack_config  # noqa: F401  (stacktest sets sys.path)
+from stacktest import ROOT, bag, config_problems, container, objects, render, setter, stack_config  # noqa: F401  (stacktest sets sys.path)
 
-from components.config import ConfigError, load_config
+from components.config import load_config
 from components.config import limits
 from components.config.base import SHOWN_MAX, parse_image
 
@@ -28,20 +28,8 @@ def mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     return config
 
 
-def problems(config: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as caught:
-        load_config(bag(config))
-    return caught.value.problems
-
-
-def put(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(config: dict[str, Any]) -> None:
-        node = config
-        for key in path[:-1]:
-            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
-        node[path[-1]] = value
-
-    return change
+problems = config_problems
+put = setter
 
 
 def tolerations(*items: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
