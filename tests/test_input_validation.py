@@ -54,6 +54,7 @@ BAD = [
     ("k8s version newline", put("gpu-stack:cluster", "kubernetesVersions", value=["1.33\n"]), "gpu-stack:cluster.kubernetesVersions", "cannot be validated"),
     ("pull secret 254", put("gpu-stack:registry", "pullSecrets", value=["a" * 254]), "gpu-stack:registry.pullSecrets", "at most 253"),
     ("pull secret newline", put("gpu-stack:registry", "pullSecrets", value=["ngc-pull\n"]), "gpu-stack:registry.pullSecrets", "DNS-1123 subdomain"),
+    ("pull secret twice", put("gpu-stack:registry", "pullSecrets", value=["ngc-pull", "ngc-pull"]), "gpu-stack:registry.pullSecrets", "named twice"),
     ("pool name newline", put(P, 0, "name", value="training\n"), "gpu-stack:nodePools[0].name", "DNS-1123 label"),
     ("wave name newline", put("gpu-stack:upgrade", "waves", 0, "name", value="canary\n"), "gpu-stack:upgrade.waves[0].name", "DNS-1123 label"),
     ("priority class 254", put(DS, "priorityClassName", value="a" * 254), "gpu-stack:daemonsets.priorityClassName", "PriorityClass"),

@@ -85,7 +85,7 @@ BAD = [
     ({"gfd": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}}, PROD, "gpu-stack:operands.gfd.tolerations[0]", "Exists takes no value"),
     ({"gfd": {"tolerations": [{"operator": "Equal", "value": "v"}]}}, PROD, "gpu-stack:operands.gfd.tolerations[0]", "without a key must use operator Exists"),
     ({"gfd": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]}}, PROD, "gpu-stack:operands.gfd.tolerations[0]", "NoExecute only"),
-    ({"gfd": {"imagePullSecrets": ["Not_A_Secret"]}}, PROD, "gpu-stack:operands.gfd.imagePullSecrets", "not a Secret name"),
+    ({"gfd": {"imagePullSecrets": ["Not_A_Secret"]}}, PROD, "gpu-stack:operands.gfd.imagePullSecrets", "not a valid Secret name"),
     ({"gfd": {"version": "latest"}}, PROD, "gpu-stack:operands.gfd.version", "'latest' is not a reviewable version"),
     ({"gfd": {"image": "Upper/Case"}}, PROD, "gpu-stack:operands.gfd.image", "neither an image name"),
     ({"gfd": {"image": "gfd:v1"}}, PROD, "gpu-stack:operands.gfd.image", "names its registry"),

@@ -89,6 +89,16 @@ def dns_subdomain_problem(value: str, limit: int = DNS_SUBDOMAIN_MAX) -> Optiona
     return None
 
 
+def secret_names(names: list[str]) -> list[str]:
+    """A list of Secret names a pod's imagePullSecrets take: each a DNS-1123 subdomain, none twice."""
+    for name in names:
+        if dns_subdomain_problem(name):
+            raise ValueError(f"{shown(name)} is not a valid Secret name (DNS-1123 subdomain, at most 253)")
+    if len(set(names)) != len(names):
+        raise ValueError("a Secret is named twice")
+    return names
+
+
 def qualified_name_problem(key: str) -> Optional[str]:
     """Why `key` is not a Kubernetes qualified name (label and annotation keys: IsQualifiedName), or None."""
     prefix, slash, name = key.rpartition("/")

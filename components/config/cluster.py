@@ -23,6 +23,7 @@ from components.config.base import (
     _pinned_image,
     dns_subdomain_problem,
     parse_image,
+    secret_names,
     shown,
 )
 
@@ -97,13 +98,7 @@ class Registry(_Model):
             raise ValueError(f"{registry_problem(value)}, e.g. registry.internal:5000/mirror")
         return value
 
-    @field_validator("pull_secrets")
-    @classmethod
-    def _secret_names(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if dns_subdomain_problem(name):
-                raise ValueError(f"{shown(name)} is not a valid Secret name (DNS-1123 subdomain, at most 253)")
-        return names
+    _secret_names = field_validator("pull_secrets")(secret_names)
 
 
 class Versions(_Model):

@@ -35,6 +35,7 @@ from components.config.base import (
     dns_subdomain_problem,
     label_value_problem,
     parse_image,
+    secret_names,
     qualified_name_problem,
     shown,
 )
@@ -256,15 +257,7 @@ class OperandOverride(_Model):
                 raise ValueError(f"args[{i}] has {len(arg)} characters; at most {limits.MAX_ARG_LENGTH} (limits.MAX_ARG_LENGTH)")
         return values
 
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _secret_names(cls, values: list[str]) -> list[str]:
-        for name in values:
-            if dns_subdomain_problem(name):
-                raise ValueError(f"{_shown(name)} is not a Secret name (DNS-1123 subdomain)")
-        if len(set(values)) != len(values):
-            raise ValueError("a Secret is named twice")
-        return values
+    _secret_names = field_validator("image_pull_secrets")(secret_names)
 
     @field_validator("repository")
     @classmethod
