@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from gpustack import stack_schema
+from gpustack import generated, stack_schema
 
 PROJECT_DIR = stack_schema.PROJECT_DIR
 PAGE = PROJECT_DIR / "docs" / "configuration.md"
@@ -323,17 +323,12 @@ def render() -> str:
 
 
 def stale(path: Path = PAGE) -> bool:
-    return not path.is_file() or path.read_text(encoding="utf-8") != render()
+    return generated.stale(path, render())
 
 
 def write(path: Path = PAGE) -> bool:
     """Write the page; True when it changed."""
-    text = render()
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
+    return generated.write(path, render())
 
 
 POLICY_PAGE = PROJECT_DIR / "docs" / "policies.md"

@@ -54,7 +54,7 @@ from components.config import (
     StackConfig,
     node_images,
 )
-from gpustack import config_descriptions
+from gpustack import config_descriptions, generated
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_DIR / "docs" / "stack.schema.json"
@@ -303,17 +303,12 @@ def render() -> str:
 
 
 def stale(path: Path = SCHEMA_PATH) -> bool:
-    return not path.is_file() or path.read_text(encoding="utf-8") != render()
+    return generated.stale(path, render())
 
 
 def write(path: Path = SCHEMA_PATH) -> bool:
     """Write the schema; True when the file changed."""
-    text = render()
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
+    return generated.write(path, render())
 
 
 def _shown(path: Path) -> str:
