@@ -32,8 +32,10 @@ AGENT_DIR = Path(__file__).resolve().parent.parent / "node_images" / "node-agent
 if str(AGENT_DIR) not in sys.path:
     sys.path.insert(0, str(AGENT_DIR))
 
+from gpustack_agent import drift as agent_drift  # noqa: E402
 from gpustack_agent import inventory as agent  # noqa: E402
-from gpustack_agent.inventory import Drift, Inventory, NvmlUnavailable  # noqa: E402
+from gpustack_agent.drift import Drift  # noqa: E402
+from gpustack_agent.inventory import Inventory, NvmlUnavailable  # noqa: E402
 
 EXIT_OK, EXIT_DRIFT, EXIT_CONFIG, EXIT_NO_GPU = 0, 1, 2, 3
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -260,7 +262,7 @@ def driver_problems(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> t
 def _mig_problems(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> list[Drift]:
     layout = sharing.mig_config_label(pool)
     if not pool.sharing.is_mig or layout is None:
-        return agent.mig_problems(inventory, pool.name, layout)
+        return agent_drift.mig_problems(inventory, pool.name, layout)
     problems = []
     for label, gpus in inventory.by_label().items():
         model = gpus[0].model
@@ -276,7 +278,7 @@ def _mig_problems(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> lis
                 continue
             else:
                 devices = resolved.devices
-        problems += agent.mig_problems(_subset(inventory, gpus), pool.name, layout, devices=devices)
+        problems += agent_drift.mig_problems(_subset(inventory, gpus), pool.name, layout, devices=devices)
     return problems
 
 
@@ -290,22 +292,22 @@ def _per_gpu_mig_problems(
         if not named:
             continue
         if entry.mig_enabled:
-            problems += agent.mig_problems(_subset(inventory, named), pool.name, layout, devices=entry.mig_devices or None)
+            problems += agent_drift.mig_problems(_subset(inventory, named), pool.name, layout, devices=entry.mig_devices or None)
         else:
             enabled = [g for g in named if g.mig_mode == "enabled"]
             if enabled:
                 problems.append(Drift(
                     "mig-mode",
-                    f"MIG mode is enabled on {agent.gpu_list(enabled)}, but pool {pool.name}'s MIG layout {layout} disables it there",
+                    f"MIG mode is enabled on {agent_drift.gpu_list(enabled)}, but pool {pool.name}'s MIG layout {layout} disables it there",
                 ))
     return problems
 
 
 def judge(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> PoolVerdict:
     verdict = PoolVerdict(pool.name, pool.gpu_model)
-    verdict.disagreements += agent.model_problems(inventory, pool.name, pool.gpu_model)
+    verdict.disagreements += agent_drift.model_problems(inventory, pool.name, pool.gpu_model)
     if pool.workload_type == "vm-passthrough":
-        verdict.disagreements += agent.passthrough_problems(inventory, pool.name)
+        verdict.disagreements += agent_drift.passthrough_problems(inventory, pool.name)
     elif pool.workload_type == "container":
         verdict.disagreements += _mig_problems(inventory, cfg, pool)
         problems, notes = driver_problems(inventory, cfg, pool)
@@ -317,7 +319,7 @@ def judge(inventory: Inventory, cfg: StackConfig, pool: NodePool) -> PoolVerdict
 def compare(inventory: Inventory, cfg: StackConfig, pool_name: Optional[str] = None) -> Comparison:
     """The node against each pool of `cfg` that could hold it: `pool_name`, or every pool declaring one of its GPU
     models. UnknownPool when `pool_name` is not a pool of the stack."""
-    node = agent.node_problems(inventory, CATALOG_MODELS)
+    node = agent_drift.node_problems(inventory, CATALOG_MODELS)
     if pool_name is not None:
         pools = [p for p in cfg.node_pools if p.name == pool_name]
         if not pools:
@@ -341,7 +343,7 @@ def _mig_cell(gpu: agent.Gpu) -> str:
         return "-"
     pending = f" ({gpu.mig_pending} after reset)" if gpu.mig_pending else ""
     if gpu.mig_mode == "enabled":
-        return f"enabled{pending}: {agent.format_devices(gpu.mig_devices)}"
+        return f"enabled{pending}: {agent_drift.format_devices(gpu.mig_devices)}"
     return f"disabled{pending}"
 
 

@@ -21,7 +21,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from . import backoff, gate, inventory, labelcheck, labels, pods
+from . import backoff, drift, gate, inventory, labelcheck, labels, pods
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -332,8 +332,8 @@ def run_inventory_loop(
         node = get_node(core, node_name)
         metadata = node.get("metadata") or {}
         warnings.report(node_name, labelcheck.mig_state_problems(node))
-        wanted, drift = inventory.wanted_annotations(found, metadata.get("labels") or {}, load_config())
-        patch = inventory.annotation_patch(node, wanted)
+        wanted, departures = drift.wanted_annotations(found, metadata.get("labels") or {}, load_config())
+        patch = drift.annotation_patch(node, wanted)
         if patch is not None:
             # No resourceVersion: only this loop writes these two keys, and a compare-and-swap would lose
             # every race with the label loop's writes to the same node for nothing.
@@ -341,8 +341,8 @@ def run_inventory_loop(
             if isinstance(found, inventory.NvmlUnavailable):
                 log({"level": "warning", "event": "inventory-unavailable", "node": node_name, "error": str(found)})
             else:
-                log({"level": "warning" if drift else "info", "event": "inventory", "node": node_name,
-                     "inventory": found.summary(), "drift": [d.as_json() for d in drift]})
+                log({"level": "warning" if departures else "info", "event": "inventory", "node": node_name,
+                     "inventory": found.summary(), "drift": [d.as_json() for d in departures]})
         sleep(resync_seconds)
         return HEALTHY
 

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from fakenvml import DISABLE, ENABLE, FakeNvml, a100_40gb, a100_80gb, h100_80gb, l4, t4
 from agenttest import Recorder, clients_of, fake_api, model, stop_after
 from gpustack_agent import __main__ as cli
-from gpustack_agent import inventory, kube, labels
+from gpustack_agent import drift, inventory, kube, labels
 
 NODE_NAME = "ip-10-0-12-35.ec2.internal"
 
@@ -33,8 +33,8 @@ def node_labels(load_fixture, name: str) -> dict[str, str]:
     return load_fixture(name)["metadata"]["labels"]
 
 
-def drift(found: inventory.Inventory, node: dict[str, str], config: labels.Config) -> list[tuple[str, str]]:
-    return [(d.kind, d.message) for d in inventory.node_drift(found, node, config)]
+def departures(found: inventory.Inventory, node: dict[str, str], config: labels.Config) -> list[tuple[str, str]]:
+    return [(d.kind, d.message) for d in drift.node_drift(found, node, config)]
 
 
 def test_the_pulumi_output_declares_each_pools_gpu_model(config):
@@ -70,13 +70,13 @@ def test_read_with_the_agents_own_model_table(monkeypatch):
 def test_the_node_matches_its_pool(monkeypatch, load_fixture, config):
     FakeNvml([a100_40gb() for _ in range(8)]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == []
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == []
 
 
 def test_gpus_of_another_model_than_the_pool_declares(monkeypatch, load_fixture, config):
     FakeNvml([a100_80gb() for _ in range(8)]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == [
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == [
         ("model", "GPUs 0-7 are A100-80GB (NVIDIA A100-SXM4-80GB, 0x20B2), but pool a100 declares A100-40GB"),
     ]
 
@@ -84,7 +84,7 @@ def test_gpus_of_another_model_than_the_pool_declares(monkeypatch, load_fixture,
 def test_mig_left_on_for_a_pool_without_mig_with_the_mig_managers_state(monkeypatch, load_fixture, config):
     FakeNvml([h100_80gb((ENABLE, ENABLE), {"1g.10gb": 7}) for _ in range(8)]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-h100-mig-paused"), config) == [
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-h100-mig-paused"), config) == [
         ("mig-mode", "MIG mode is enabled on GPUs 0-7, but pool h100 does not use MIG "
                      "(nvidia.com/mig.config=all-disabled) (nvidia.com/mig.config.state=pending)"),
     ]
@@ -97,7 +97,7 @@ def test_a_single_profile_layout_checks_the_profile(monkeypatch, load_fixture, p
              + [h100_80gb((ENABLE, ENABLE), {"1g.10gb": 7}) for _ in range(2)]
              + [h100_80gb((DISABLE, ENABLE)) for _ in range(2)]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-h100-mig-paused"), config) == [
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-h100-mig-paused"), config) == [
         ("mig-mode", "MIG mode is disabled on GPUs 6-7 (enabled after the next GPU reset or reboot), but pool h100 "
                      "declares MIG layout all-1g.10gb.me (nvidia.com/mig.config.state=pending)"),
         ("mig-layout", "GPUs 4-5 have MIG devices 7x 1g.10gb, but layout all-1g.10gb.me creates 1g.10gb+me devices "
@@ -111,13 +111,13 @@ def test_a_single_profile_layout_checks_the_profile(monkeypatch, load_fixture, p
      ("all-1g.24gb-me", "1g.24gb-me"), ("all-balanced", None), ("all-enabled", None), ("three-2g", None)],
 )
 def test_single_profile_of_a_layout_name(layout, profile):
-    assert inventory.single_profile(layout) == profile
+    assert drift.single_profile(layout) == profile
 
 
 def test_a_passthrough_node_whose_gpus_the_driver_holds(monkeypatch, load_fixture, config):
     FakeNvml([t4() for _ in range(8)]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-passthrough-vm"), config) == [
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-passthrough-vm"), config) == [
         ("workload", "pool passthrough passes its GPUs to VMs through vfio-pci, but the NVIDIA driver holds GPUs 0-7"),
     ]
 
@@ -126,10 +126,10 @@ def test_a_node_in_no_pool_and_a_pool_the_config_lost(monkeypatch, load_fixture,
     FakeNvml([l4()]).install(monkeypatch)
     found = inventory.read_inventory()
 
-    assert drift(found, node_labels(load_fixture, "node-a100-fresh"), config) == [
+    assert departures(found, node_labels(load_fixture, "node-a100-fresh"), config) == [
         ("pool", "the node has no gpu-stack/pool label: it matches no pool's nodeSelector"),
     ]
-    assert drift(found, node_labels(load_fixture, "node-g5-unpooled"), config) == [
+    assert departures(found, node_labels(load_fixture, "node-g5-unpooled"), config) == [
         ("pool", "pool l4 (gpu-stack/pool) is not in the node-pools config"),
     ]
 
@@ -139,7 +139,7 @@ def test_mixed_models_and_short_memory_are_drift_in_any_pool(monkeypatch, load_f
     short.memory_mib = 20480
     FakeNvml([a100_40gb(), short, l4()]).install(monkeypatch)
 
-    assert drift(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == [
+    assert departures(inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), config) == [
         ("mixed-models", "the node mixes GPU models: 2x A100-40GB (GPUs 0-1), 1x L4 (GPU 2); a pool declares one "
                          "gpuModel"),
         ("memory", "GPU 1 has 20480 MiB, below the 40 GB the catalog gives A100-40GB"),
@@ -150,7 +150,7 @@ def test_mixed_models_and_short_memory_are_drift_in_any_pool(monkeypatch, load_f
 def test_annotations_record_inventory_and_drift(monkeypatch, load_fixture, pool_config):
     FakeNvml([a100_80gb((ENABLE, ENABLE), {"3g.40gb": 2}) for _ in range(2)]).install(monkeypatch)
 
-    wanted, found = inventory.wanted_annotations(
+    wanted, found = drift.wanted_annotations(
         inventory.read_inventory(), node_labels(load_fixture, "node-a100-labelled"), pool_config)
 
     assert wanted == {
@@ -164,7 +164,7 @@ def test_annotations_record_inventory_and_drift(monkeypatch, load_fixture, pool_
 
 
 def test_annotations_without_nvml_record_the_error_and_drop_the_drift(load_fixture, config):
-    wanted, found = inventory.wanted_annotations(
+    wanted, found = drift.wanted_annotations(
         inventory.NvmlUnavailable("the NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)"),
         node_labels(load_fixture, "node-a100-labelled"), config)
 
@@ -179,12 +179,12 @@ def test_annotation_patch_holds_only_changes(load_fixture):
     node = load_fixture("node-a100-labelled")
     node["metadata"]["annotations"]["gpu-stack/drift"] = "[]"
 
-    assert inventory.annotation_patch(node, {"gpu-stack/drift": "[]", "gpu-stack/inventory": "{}"}) == {
+    assert drift.annotation_patch(node, {"gpu-stack/drift": "[]", "gpu-stack/inventory": "{}"}) == {
         "metadata": {"annotations": {"gpu-stack/inventory": "{}"}}}
-    assert inventory.annotation_patch(node, {"gpu-stack/drift": "[]"}) is None
-    assert inventory.annotation_patch(node, {"gpu-stack/drift": None}) == {
+    assert drift.annotation_patch(node, {"gpu-stack/drift": "[]"}) is None
+    assert drift.annotation_patch(node, {"gpu-stack/drift": None}) == {
         "metadata": {"annotations": {"gpu-stack/drift": None}}}
-    assert inventory.annotation_patch(load_fixture("node-a100-fresh"), {"gpu-stack/drift": None}) is None
+    assert drift.annotation_patch(load_fixture("node-a100-fresh"), {"gpu-stack/drift": None}) is None
 
 
 # --- the loop --------------------------------------------------------------
