@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, docs, importer, inventory, packfacts, render, schema, stack_schema
+from gpustack import apiserver, diff, docs, importer, inventory, mig_hardware, packfacts, render, schema, stack_schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.importer import ImportInputError
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
@@ -129,6 +129,12 @@ def _check_one(stack: str, args: argparse.Namespace) -> int:
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
+    if args.mig_profiles:
+        if args.stack or args.pool:
+            print("--mig-profiles compares the GPUs with gpu-stack's MIG catalog, not with a stack: drop --stack/--pool",
+                  file=sys.stderr)
+            return EXIT_CONFIG
+        return mig_hardware.run(as_json=args.json)
     name, _, cfg = load_stack(args.stack) if args.stack else (None, None, None)
     return inventory.run(stack=name, cfg=cfg, pool=args.pool, as_json=args.json)
 
@@ -170,6 +176,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     inventory_parser.add_argument("--stack", help="stack name (stacks/Pulumi.<name>.yaml) or path to compare with")
     inventory_parser.add_argument("--pool", help="judge the node against this pool only (default: every pool of its GPU model)")
     inventory_parser.add_argument("--json", action="store_true", help="machine-readable output")
+    inventory_parser.add_argument(
+        "--mig-profiles", action="store_true",
+        help="print the MIG profiles the driver offers on each GPU and compare them with gpu-stack's MIG catalog")
     inventory_parser.set_defaults(run=cmd_inventory)
     diff_parser = sub.add_parser("diff", help="what `pulumi up` would create, update, replace and delete, and what is dangerous")
     diff.add_arguments(diff_parser)

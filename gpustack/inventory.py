@@ -347,9 +347,13 @@ def _mig_cell(gpu: agent.Gpu) -> str:
     return f"disabled{pending}"
 
 
-def inventory_table(inventory: Inventory) -> list[str]:
+def inventory_header(inventory: Inventory) -> str:
     count = len(inventory.gpus)
-    lines = [f"NVIDIA driver {inventory.driver_version}, CUDA {inventory.cuda_version}: {count} GPU{'s' if count > 1 else ''}"]
+    return f"NVIDIA driver {inventory.driver_version}, CUDA {inventory.cuda_version}: {count} GPU{'s' if count > 1 else ''}"
+
+
+def inventory_table(inventory: Inventory) -> list[str]:
+    lines = [inventory_header(inventory)]
     rows = [("GPU", "MODEL", "PCI ID", "MEMORY", "ARCH", "MIG", "NAME")]
     for gpu in inventory.gpus:
         rows.append((str(gpu.index), gpu.model or "unknown", gpu.pci_device_id, f"{gpu.memory_mib} MiB",

@@ -9,6 +9,7 @@ package). How the hardware departs from its pool is :mod:`.drift`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 from dataclasses import dataclass, field
@@ -81,6 +82,28 @@ class NvmlUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class MigProfileInfo:
+    """One GPU instance profile as the driver offers it on a GPU (nvmlDeviceGetGpuInstanceProfileInfoV)."""
+
+    name: str  # as mig-parted layouts write it: "1g.10gb+me"
+    nvml_id: int  # the id nvidia-smi mig -lgip shows
+    compute_slices: int
+    memory_slices: Optional[int]  # the size of its placements; None when NVML gives none
+    instances: int  # how many fit on an empty GPU
+    memory_mib: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "nvmlId": self.nvml_id,
+            "computeSlices": self.compute_slices,
+            "memorySlices": self.memory_slices,
+            "instances": self.instances,
+            "memoryMiB": self.memory_mib,
+        }
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
@@ -92,6 +115,7 @@ class Gpu:
     mig_mode: Optional[str]  # "enabled" | "disabled"; None on a GPU without MIG
     mig_pending: Optional[str]  # the mode after the next GPU reset, when it differs from mig_mode
     mig_devices: Mapping[str, int] = field(default_factory=dict)  # MIG devices per profile, MIG enabled only
+    mig_profiles: tuple[MigProfileInfo, ...] = ()  # read only when asked for, MIG-capable GPUs only
 
     @property
     def label(self) -> str:
@@ -111,6 +135,7 @@ class Gpu:
             "migMode": self.mig_mode,
             "migPending": self.mig_pending,
             "migDevices": dict(self.mig_devices),
+            **({"migProfiles": [p.as_json() for p in self.mig_profiles]} if self.mig_profiles else {}),
         }
 
 
@@ -228,7 +253,45 @@ def _mig_devices(handle: Any) -> dict[str, int]:
     return sorted_devices(devices)
 
 
-def _read_gpu(index: int, by_pci: Mapping[int, str]) -> Gpu:
+# Profile ids a driver does not offer on a GPU answer NotSupported; ids newer than the driver, InvalidArgument.
+_ABSENT_PROFILE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument)
+_MAX_PLACEMENTS = 16
+
+
+def _placement_size(handle: Any, nvml_id: int) -> Optional[int]:
+    placements = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+    count = ctypes.c_uint(_MAX_PLACEMENTS)
+    try:
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, nvml_id, placements, ctypes.byref(count))
+    except _ABSENT_PROFILE:
+        return None
+    sizes = {placements[i].size for i in range(count.value)}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _mig_profiles(handle: Any) -> tuple[MigProfileInfo, ...]:
+    """The GPU instance profiles the driver offers on this GPU. They are a property of GPU and driver, readable
+    with MIG mode off, and reading them changes nothing."""
+    profiles = []
+    for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoV(handle, profile)
+        except _ABSENT_PROFILE:
+            continue
+        profiles.append(
+            MigProfileInfo(
+                name=profile_name(_text(info.name)),
+                nvml_id=int(info.id),
+                compute_slices=int(info.sliceCount),
+                memory_slices=_placement_size(handle, int(info.id)),
+                instances=int(info.instanceCount),
+                memory_mib=int(info.memorySizeMB),
+            )
+        )
+    return tuple(sorted(profiles, key=lambda p: _profile_key(p.name)))
+
+
+def _read_gpu(index: int, by_pci: Mapping[int, str], with_profiles: bool = False) -> Gpu:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     pci = pynvml.nvmlDeviceGetPciInfo(handle)
     # pciDeviceId packs the 16-bit device id above the 16-bit vendor id (0x20B210DE for an A100 SXM4 80GB).
@@ -251,6 +314,7 @@ def _read_gpu(index: int, by_pci: Mapping[int, str]) -> Gpu:
         mig_mode=mig_mode,
         mig_pending=mig_pending if mig_pending != mig_mode else None,
         mig_devices=_mig_devices(handle) if mig_mode == "enabled" else {},
+        mig_profiles=_mig_profiles(handle) if with_profiles and mig_mode is not None else (),
     )
 
 
@@ -268,8 +332,9 @@ def unavailable_reason(error: "pynvml.NVMLError", step: str) -> str:
     return f"NVML error in {step}: {error}"
 
 
-def read_inventory(models: Mapping[str, ModelSpec] = MODELS) -> Inventory:
-    """The GPUs NVML sees, each matched to a model of `models` by PCI device id.
+def read_inventory(models: Mapping[str, ModelSpec] = MODELS, mig_profiles: bool = False) -> Inventory:
+    """The GPUs NVML sees, each matched to a model of `models` by PCI device id; with `mig_profiles`, also the
+    GPU instance profiles the driver offers on each MIG-capable GPU.
 
     Raises NvmlUnavailable, with a message for a person, when NVML or the driver is missing, when it sees no
     GPU, and on any NVML error; NVML is shut down again whenever it was initialised.
@@ -289,7 +354,7 @@ def read_inventory(models: Mapping[str, ModelSpec] = MODELS) -> Inventory:
         gpus = []
         for index in range(count):
             step = f"reading GPU {index}"
-            gpus.append(_read_gpu(index, by_pci))
+            gpus.append(_read_gpu(index, by_pci, with_profiles=mig_profiles))
     except pynvml.NVMLError as error:
         raise NvmlUnavailable(unavailable_reason(error, step)) from None
     finally:

@@ -5,11 +5,17 @@ pynvml's own ctypes structs and raise pynvml's own exception classes, so the cod
 shapes the real library returns (bytes in char arrays, [current, pending] MIG modes, NotFound for an empty
 MIG device slot). The GPU descriptions follow what NVML reports for the real parts: names, PCI device ids,
 memory in MiB after the driver's reservations, seven MIG device slots, MIG device names "<GPU> MIG <profile>".
+
+`FakeNvml.from_recording(path)` replays what a real machine's NVML answered, as `record_nvml.py` wrote it
+(fixtures/nvml/: an H100 80GB HBM3 under driver 580.159.04, recorded on a lent GPU machine), GPU instance
+profile tables included.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import pynvml
@@ -29,6 +35,41 @@ class FakeGpu:
     fail: dict[str, Exception] = field(default_factory=dict)  # pynvml function -> error it raises for this GPU
     vendor_id: int = 0x10DE
     bus_id: str = ""
+    sub_system_id: int = 0
+    memory_bytes: Optional[int] = None  # exact total, when a recording has one that is not whole MiB
+    mig_slots: dict[int, str] = field(default_factory=dict)  # recorded MIG device names by slot, over `instances`
+    # recorded nvmlDeviceGetGpuInstanceProfileInfoV answers by profile constant: the info, or {"error": <class>}
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _error(name: str) -> Exception:
+    """pynvml's own exception class of that name, as the recording stored it."""
+    return getattr(pynvml, name)()
+
+
+def _replayed(recorded: dict[str, Any]) -> FakeGpu:
+    pci_id = recorded["pciDeviceId"]
+    fail = {}
+    for function, key in (("nvmlDeviceGetArchitecture", "architecture"), ("nvmlDeviceGetMigMode", "migMode"),
+                          ("nvmlDeviceGetMaxMigDeviceCount", "maxMigDeviceCount")):
+        if isinstance(recorded[key], dict):
+            fail[function] = _error(recorded[key]["error"])
+    mig_mode = recorded["migMode"]
+    return FakeGpu(
+        name=recorded["name"],
+        device_id=(pci_id >> 16) & 0xFFFF,
+        vendor_id=pci_id & 0xFFFF,
+        memory_mib=recorded["memoryTotal"] >> 20,
+        memory_bytes=recorded["memoryTotal"],
+        architecture=recorded["architecture"] if "architecture" not in fail else 0,
+        mig=None if isinstance(mig_mode, dict) else (mig_mode[0], mig_mode[1]),
+        max_mig_devices=recorded["maxMigDeviceCount"] if "nvmlDeviceGetMaxMigDeviceCount" not in fail else 0,
+        mig_slots={int(slot): name for slot, name in (recorded["migDevices"] or {}).items()},
+        fail=fail,
+        bus_id=recorded["busId"],
+        sub_system_id=recorded["pciSubSystemId"],
+        profiles=list(recorded["gpuInstanceProfiles"]),
+    )
 
 
 def a100_80gb(mig: Optional[tuple[int, int]] = (DISABLE, DISABLE), instances: Optional[dict[str, int]] = None) -> FakeGpu:
@@ -70,6 +111,7 @@ class FakeNvml:
         "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName",
         "nvmlDeviceGetPciInfo", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMigMode",
         "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetGpuInstancePossiblePlacements",
     )
 
     def __init__(self, gpus: list[FakeGpu], driver: str = "595.91.07", cuda: int = 13000,
@@ -82,6 +124,12 @@ class FakeNvml:
         self.fail = dict(fail or {})
         self.calls: list[str] = []
         self.initialised = 0
+
+    @classmethod
+    def from_recording(cls, path: Path) -> "FakeNvml":
+        recording = json.loads(Path(path).read_text())
+        return cls([_replayed(gpu) for gpu in recording["gpus"]], driver=recording["driverVersion"],
+                   cuda=recording["cudaDriverVersion"])
 
     def install(self, monkeypatch: Any) -> "FakeNvml":
         for name in self.FUNCTIONS:
@@ -130,7 +178,7 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         gpu = self._enter("nvmlDeviceGetName", handle)
         if handle.mig_slot is not None:
-            return f"{gpu.name} MIG {self._slots(gpu)[handle.mig_slot]}"
+            return gpu.mig_slots.get(handle.mig_slot) or f"{gpu.name} MIG {self._slots(gpu)[handle.mig_slot]}"
         return gpu.name
 
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> pynvml.nvmlPciInfo_t:
@@ -138,11 +186,12 @@ class FakeNvml:
         info = pynvml.nvmlPciInfo_t()
         info.pciDeviceId = (gpu.device_id << 16) | gpu.vendor_id
         info.busId = gpu.bus_id.encode()
+        info.pciSubSystemId = gpu.sub_system_id
         return info
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> pynvml.c_nvmlMemory_t:
         gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
-        total = gpu.memory_mib << 20
+        total = gpu.memory_bytes if gpu.memory_bytes is not None else gpu.memory_mib << 20
         return pynvml.c_nvmlMemory_t(total=total, free=total - (512 << 20), used=512 << 20)
 
     def nvmlDeviceGetArchitecture(self, handle: _Handle) -> int:
@@ -171,6 +220,38 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
         if gpu.mig is None or gpu.mig[0] != ENABLE:
             raise pynvml.NVMLError_InvalidArgument()
-        if index not in self._slots(gpu):
+        if index not in (gpu.mig_slots or self._slots(gpu)):
             raise pynvml.NVMLError_NotFound()
         return _Handle(handle.index, index)
+
+    @staticmethod
+    def _profile(gpu: FakeGpu, match: Any) -> dict[str, Any]:
+        entry = next((e for e in gpu.profiles if match(e)), None)
+        if entry is None:
+            raise pynvml.NVMLError_NotSupported()
+        if "error" in entry:
+            raise _error(entry["error"])
+        return entry
+
+    def nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: _Handle, profile: int, version: int = 2) -> Any:
+        gpu = self._enter("nvmlDeviceGetGpuInstanceProfileInfoV", handle)
+        if profile >= pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise pynvml.NVMLError_InvalidArgument()
+        entry = self._profile(gpu, lambda e: e["profile"] == profile)
+        info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        for name, value in entry.items():
+            if name not in ("profile", "placements", "name"):
+                setattr(info, name, value)
+        info.name = entry["name"].encode()
+        return info
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, handle: _Handle, profile_id: int, placements: Any,
+                                                   count: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetGpuInstancePossiblePlacements", handle)
+        entry = self._profile(gpu, lambda e: e.get("id") == profile_id and "error" not in e)
+        if isinstance(entry["placements"], dict):
+            raise _error(entry["placements"]["error"])
+        for i, (start, size) in enumerate(entry["placements"]):
+            placements[i].start, placements[i].size = start, size
+        count._obj.value = len(entry["placements"])
+        return pynvml.NVML_SUCCESS
