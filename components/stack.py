@@ -1,6 +1,7 @@
 """GpuStack: instantiates the enabled states in `order.STATE_ORDER` and threads the `depends_on` edges.
 
-Each state is built by one method below, which hands its component only the slice of configuration it needs.
+Each state is built by one method below, which hands its component only the slice of configuration it needs; the
+VM-workload states' methods are in components/stack_vm.py (VmStates).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from components.kit.dra_api import example_claim_templates, resource_api_version
 from components.kit.driver_targets import ValidatedFiles, plan_targets
 from components.kit.node_inventory import NodeInventory
 from components.kit.node_labeler import NodeLabeler, Removal
-from components.kit.stack_inputs import gpudirect_sidecars, kubernetes_provider, operands
+from components.kit.stack_inputs import gpudirect_sidecars, operands
 from components.kit.validation_gate import ValidationGate
 from components.kit.waves import DriverWaves
-from components.states.cc_manager import CcManager
+from components.stack_vm import VmStates
 from components.states.dcgm import DRA_REMOTE_HOSTENGINE, REMOTE_HOSTENGINE, Dcgm
 from components.states.dcgm_exporter import DcgmExporter, DraTarget
 from components.states.device_plugin import DevicePlugin
@@ -32,8 +33,6 @@ from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LA
 from components.states.dra_validator import DraValidator
 from components.states.driver import Driver
 from components.states.gfd import GpuFeatureDiscovery
-from components.states.kata_device_plugin import KataDevicePlugin
-from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.states.mig_manager import MigManager
 from components.states.monitoring import StackMonitoring
 from components.states.mps import MpsControlDaemon
@@ -41,21 +40,16 @@ from components.states.nfd import NodeFeatureDiscovery
 from components.states.node_status_exporter import NodeStatusExporter
 from components.states.order import STATE_ORDER
 from components.states.prerequisites import PreRequisites, RegistryLogin
-from components.states.sandbox_device_plugin import SandboxDevicePlugin
-from components.states.sandbox_validator import SandboxValidator
 from components.states.toolkit import ContainerToolkit, runtime_files
 from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
 from components.states.validator import ready_files as validator_ready_files
-from components.states.vfio_manager import VfioManager
-from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager
 
 
 def stack_digest(cfg: StackConfig) -> str:
     return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:16]
 
 
-class GpuStack(pulumi.ComponentResource):
+class GpuStack(VmStates, pulumi.ComponentResource):
     """Every enabled operator state as a child component, in state order."""
 
     states: dict[str, pulumi.ComponentResource]
@@ -415,81 +409,6 @@ class GpuStack(pulumi.ComponentResource):
             "state-node-status-exporter",
             ops=self._ops,
             service_monitor_settings=self._service_monitors(),
-            depends_on=after,
-            opts=self._opts(),
-        )
-
-    def _vm_pools(self) -> bool:
-        return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
-
-    def _vgpu_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuManager]:
-        image = self._cfg.vgpu.manager_image
-        if not self._cfg.pools_of("vm-vgpu"):
-            return None
-        assert image is not None  # load_config requires it with a vm-vgpu pool
-        return VgpuManager("state-vgpu-manager", ops=self._ops, image=image, depends_on=after, opts=self._opts())
-
-    def _vgpu_device_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuDeviceManager]:
-        if not self._cfg.pools_of("vm-vgpu"):
-            return None
-        return VgpuDeviceManager(
-            "state-vgpu-device-manager",
-            ops=self._ops,
-            default_config=self._cfg.vgpu.default_config,
-            depends_on=after,
-            opts=self._opts(),
-        )
-
-    def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
-        if not self._vm_pools():
-            return None
-        sandbox = self._cfg.sandbox_workloads
-        return SandboxValidator(
-            "state-sandbox-validation",
-            ops=self._ops,
-            cc_manager=sandbox.mode == "kata" and sandbox.cc_manager.enabled,
-            vgpu=bool(self._cfg.pools_of("vm-vgpu")),
-            default_workload=self._cfg.sandbox_workloads.default_workload,
-            depends_on=after,
-            opts=self._opts(),
-        )
-
-    def _vfio_manager(self, after: list[pulumi.Resource]) -> Optional[VfioManager]:
-        if not self._cfg.pools_of("vm-passthrough"):
-            return None
-        return VfioManager("state-vfio-manager", ops=self._ops, depends_on=after, opts=self._opts())
-
-    def _sandbox_device_plugin(self, after: list[pulumi.Resource]) -> Optional[SandboxDevicePlugin]:
-        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":
-            return None
-        return SandboxDevicePlugin("state-sandbox-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
-
-    def _kata_device_plugin(self, after: list[pulumi.Resource]) -> Optional[KataDevicePlugin]:
-        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kata":
-            return None
-        return KataDevicePlugin("state-kata-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
-
-    def _cc_manager(self, after: list[pulumi.Resource]) -> Optional[CcManager]:
-        sandbox = self._cfg.sandbox_workloads
-        if not self._vm_pools() or sandbox.mode != "kata" or not sandbox.cc_manager.enabled:
-            return None
-        return CcManager(
-            "state-cc-manager", ops=self._ops, default_mode=sandbox.cc_manager.default_mode, depends_on=after, opts=self._opts()
-        )
-
-    def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
-        cfg = self._cfg
-        sandbox = cfg.sandbox_workloads
-        models = [p.gpu_model for p in cfg.pools_of("vm-passthrough")]
-        vgpu_pools = [(p.gpu_model, p.vgpu_config or cfg.vgpu.default_config) for p in cfg.pools_of("vm-vgpu")]
-        if not (models or vgpu_pools) or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
-            return None
-        return KubeVirtHostDevices(
-            "kubevirt-host-devices",
-            kubevirt_name=sandbox.kubevirt.name,
-            kubevirt_namespace=sandbox.kubevirt.namespace,
-            devices=permitted_pci_devices(models),
-            mediated_devices=permitted_mediated_devices(vgpu_pools),
             depends_on=after,
             opts=self._opts(),
         )

@@ -14,6 +14,7 @@ from typing import Optional
 import pytest
 
 from components.catalogs import consts
+from components.kit import dra_plugin
 from components.kit.dra_api import example_claim_templates, opt_in_required, resource_api_version
 from components.states import device_plugin as device_plugin_module
 from components.states import dra_driver as dra
@@ -846,19 +847,19 @@ def test_whatever_rides_on_the_device_plugin_label_counts_as_the_device_plugin(m
 
 
 def test_passthrough_support_mounts_the_hosts_modules_sysfs_and_procfs_and_adds_the_vfio_class():
-    gpus = dra.gpus_container(DRA_IMAGE, "PassthroughSupport=true", passthrough=True)
+    gpus = dra_plugin.gpus_container(DRA_IMAGE, "PassthroughSupport=true", passthrough=True)
     assert {m.name: (m.mount_path, m.mount_propagation, m.read_only) for m in gpus.volume_mounts if m.name in ("lib-modules", "sysfs", "procfs")} == {
         "lib-modules": ("/lib/modules", "HostToContainer", True),
         "sysfs": ("/sys", "Bidirectional", None),
         "procfs": ("/proc", "Bidirectional", None),
     }
     assert [(e.name, e.value) for e in gpus.env if e.name == "FEATURE_GATES"] == [("FEATURE_GATES", "PassthroughSupport=true")]
-    assert {v.name: (v.host_path.path, v.host_path.type) for v in dra.PASSTHROUGH_VOLUMES} == {
+    assert {v.name: (v.host_path.path, v.host_path.type) for v in dra_plugin.PASSTHROUGH_VOLUMES} == {
         "lib-modules": ("/lib/modules", "Directory"),
         "sysfs": ("/sys", "Directory"),
         "procfs": ("/proc", "Directory"),
     }
-    plain = dra.gpus_container(DRA_IMAGE)
+    plain = dra_plugin.gpus_container(DRA_IMAGE)
     assert not {m.name for m in plain.volume_mounts} & {"lib-modules", "sysfs", "procfs"}
     assert "FEATURE_GATES" not in {e.name for e in plain.env}
     assert dra.device_classes(False, passthrough=True)["vfio.gpu.nvidia.com"] == (

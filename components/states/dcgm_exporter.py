@@ -64,8 +64,8 @@ from components.kit.builders import (
     wait_for_validation,
 )
 from components.kit.dra_api import RESOURCE_GROUP, admin_claim_template
+from components.kit.dra_plugin import pool_affinity
 from components.kit.rbac import SCC_USE, rbac_set, rule
-from components.states.dra_driver import pool_affinity
 
 NAME = "nvidia-dcgm-exporter"
 DRA_NAME = f"{NAME}-dra"

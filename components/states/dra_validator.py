@@ -63,8 +63,8 @@ from components.kit.builders import (
     operand_daemonset,
 )
 from components.kit.dra_api import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP, resource_api_version
+from components.kit.dra_plugin import pool_affinity
 from components.kit.rbac import SCC_USE, rbac_set
-from components.states.dra_driver import pool_affinity
 
 NAME = "nvidia-dra-validator"
 CLAIM_TEMPLATE = "nvidia-dra-validator-gpu"

@@ -1,0 +1,105 @@
+"""VmStates: GpuStack's factories for the VM-workload states (vGPU, sandbox, VFIO, Kata, CC, KubeVirt).
+
+A mixin only to keep components/stack.py short: GpuStack.__init__ still lists every state's factory, these
+among them, in state order (components/states/order.py), and each component is a child of the GpuStack.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import pulumi
+
+from components.config import StackConfig
+from components.kit.builders import Operands
+from components.states.cc_manager import CcManager
+from components.states.kata_device_plugin import KataDevicePlugin
+from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
+from components.states.sandbox_device_plugin import SandboxDevicePlugin
+from components.states.sandbox_validator import SandboxValidator
+from components.states.vfio_manager import VfioManager
+from components.states.vgpu_device_manager import VgpuDeviceManager
+from components.states.vgpu_manager import VgpuManager
+
+
+class VmStates:
+    """The factories of the states for pools running VMs (`vm-passthrough`, `vm-vgpu`); GpuStack sets the fields."""
+
+    _cfg: StackConfig
+    _ops: Operands
+    _opts: Callable[[], pulumi.ResourceOptions]
+
+    def _vm_pools(self) -> bool:
+        return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
+
+    def _vgpu_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuManager]:
+        image = self._cfg.vgpu.manager_image
+        if not self._cfg.pools_of("vm-vgpu"):
+            return None
+        assert image is not None  # load_config requires it with a vm-vgpu pool
+        return VgpuManager("state-vgpu-manager", ops=self._ops, image=image, depends_on=after, opts=self._opts())
+
+    def _vgpu_device_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuDeviceManager]:
+        if not self._cfg.pools_of("vm-vgpu"):
+            return None
+        return VgpuDeviceManager(
+            "state-vgpu-device-manager",
+            ops=self._ops,
+            default_config=self._cfg.vgpu.default_config,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
+        if not self._vm_pools():
+            return None
+        sandbox = self._cfg.sandbox_workloads
+        return SandboxValidator(
+            "state-sandbox-validation",
+            ops=self._ops,
+            cc_manager=sandbox.mode == "kata" and sandbox.cc_manager.enabled,
+            vgpu=bool(self._cfg.pools_of("vm-vgpu")),
+            default_workload=self._cfg.sandbox_workloads.default_workload,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _vfio_manager(self, after: list[pulumi.Resource]) -> Optional[VfioManager]:
+        if not self._cfg.pools_of("vm-passthrough"):
+            return None
+        return VfioManager("state-vfio-manager", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _sandbox_device_plugin(self, after: list[pulumi.Resource]) -> Optional[SandboxDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":
+            return None
+        return SandboxDevicePlugin("state-sandbox-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _kata_device_plugin(self, after: list[pulumi.Resource]) -> Optional[KataDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kata":
+            return None
+        return KataDevicePlugin("state-kata-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _cc_manager(self, after: list[pulumi.Resource]) -> Optional[CcManager]:
+        sandbox = self._cfg.sandbox_workloads
+        if not self._vm_pools() or sandbox.mode != "kata" or not sandbox.cc_manager.enabled:
+            return None
+        return CcManager(
+            "state-cc-manager", ops=self._ops, default_mode=sandbox.cc_manager.default_mode, depends_on=after, opts=self._opts()
+        )
+
+    def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
+        cfg = self._cfg
+        sandbox = cfg.sandbox_workloads
+        models = [p.gpu_model for p in cfg.pools_of("vm-passthrough")]
+        vgpu_pools = [(p.gpu_model, p.vgpu_config or cfg.vgpu.default_config) for p in cfg.pools_of("vm-vgpu")]
+        if not (models or vgpu_pools) or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
+            return None
+        return KubeVirtHostDevices(
+            "kubevirt-host-devices",
+            kubevirt_name=sandbox.kubevirt.name,
+            kubevirt_namespace=sandbox.kubevirt.namespace,
+            devices=permitted_pci_devices(models),
+            mediated_devices=permitted_mediated_devices(vgpu_pools),
+            depends_on=after,
+            opts=self._opts(),
+        )
