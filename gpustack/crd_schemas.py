@@ -327,7 +327,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-# The CRDs gpu-stack deploys for NFD (components/states/nfd.py reads the same file): kind -> CRD name.
+# The CRDs gpu-stack deploys for NFD (components/kit/nfd_chart.py reads the same file): kind -> CRD name.
 NFD_CRDS = Path(__file__).resolve().parent.parent / "components" / "catalogs" / "nfd_crds.yaml"
 SERVED: dict[tuple[str, str], tuple[Path, str]] = {
     ("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureRule"): (NFD_CRDS, "nodefeaturerules.nfd.k8s-sigs.io"),

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 from node_images.inputfiles import IMPORT_INPUT_MAX_BYTES, InputFileError, load_json
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
-RELEASE = "node-feature-discovery"  # components/states/nfd.py RELEASE
+RELEASE = "node-feature-discovery"  # components/kit/nfd_chart.py RELEASE
 PARENT_TYPE = "gpu-stack:index:NodeFeatureDiscovery"
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from components.catalogs import catalog
 from components.config import ConfigError
+from components.kit import nfd_chart
 from components.states import nfd
 from gpustack import changes, nfd_migration, schema
 from gpustack.crd_schemas import crd_validator
@@ -217,21 +218,21 @@ def test_config_checksums_are_helms_sha256_of_the_rendered_configmap_template(re
         "    app.kubernetes.io/instance: node-feature-discovery\n    app.kubernetes.io/version: \"v0.19.0\"\n"
         "    app.kubernetes.io/managed-by: Helm\ndata:\n  nfd-master.conf: |-\n    extraLabelNs:\n    - nvidia.com\n"
     )
-    assert nfd.helm_config_text(nfd.MASTER_CONF, NAMESPACE, nfd.MASTER_CONF_KEY, nfd.MASTER_CONFIG) == master_text
+    assert nfd_chart.helm_config_text(nfd_chart.MASTER_CONF, NAMESPACE, nfd_chart.MASTER_CONF_KEY, nfd.MASTER_CONFIG) == master_text
     annotations = rendered[("Deployment", "node-feature-discovery-master")]["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"checksum/config": hashlib.sha256(master_text.encode()).hexdigest()}
-    for name, key in ((nfd.MASTER_CONF, nfd.MASTER_CONF_KEY), (nfd.WORKER_CONF, nfd.WORKER_CONF_KEY)):
+    for name, key in ((nfd_chart.MASTER_CONF, nfd_chart.MASTER_CONF_KEY), (nfd_chart.WORKER_CONF, nfd_chart.WORKER_CONF_KEY)):
         # the template text is the ConfigMap the chart applies: same data as gpu-stack's
-        as_helm = yaml.safe_load(nfd.helm_config_text(name, NAMESPACE, key, nfd.MASTER_CONFIG if key == nfd.MASTER_CONF_KEY else nfd.WORKER_CONFIG))
+        as_helm = yaml.safe_load(nfd_chart.helm_config_text(name, NAMESPACE, key, nfd.MASTER_CONFIG if key == nfd_chart.MASTER_CONF_KEY else nfd.WORKER_CONFIG))
         assert as_helm["data"] == rendered[("ConfigMap", name)]["data"]
     worker = rendered[("DaemonSet", "node-feature-discovery-worker")]["spec"]["template"]["metadata"]["annotations"]
-    assert worker["checksum/config"] == nfd.config_checksum(nfd.WORKER_CONF, NAMESPACE, nfd.WORKER_CONF_KEY, nfd.WORKER_CONFIG)
+    assert worker["checksum/config"] == nfd_chart.config_checksum(nfd_chart.WORKER_CONF, NAMESPACE, nfd_chart.WORKER_CONF_KEY, nfd.WORKER_CONFIG)
     # the namespace is part of the template, so another namespace rolls other pods
-    assert nfd.config_checksum(nfd.WORKER_CONF, "other", nfd.WORKER_CONF_KEY, nfd.WORKER_CONFIG) != worker["checksum/config"]
+    assert nfd_chart.config_checksum(nfd_chart.WORKER_CONF, "other", nfd_chart.WORKER_CONF_KEY, nfd.WORKER_CONFIG) != worker["checksum/config"]
 
 
 def test_the_crds_are_nfds_own_and_protected(rendered):
-    source = {d["metadata"]["name"]: d for d in yaml.safe_load_all(nfd.CRD_FILE.read_text()) if d}
+    source = {d["metadata"]["name"]: d for d in yaml.safe_load_all(nfd_chart.CRD_FILE.read_text()) if d}
     assert len(source) == 3
     for name, document in source.items():
         crd = rendered[("CustomResourceDefinition", name)]

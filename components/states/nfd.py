@@ -31,6 +31,8 @@ is uninstalled) and everything the values leave off (topology updater, network p
 With `registry.override` the image is pulled from `<override>/nfd/node-feature-discovery`, with the registry's pull
 secrets as the chart's `imagePullSecrets` (the operator's values set none, as its NFD image is public). The chart
 version and image are pinned (components/catalogs/catalog.py); `versions.nfdChart` can only name that version.
+The chart's names, labels, pod defaults, CRD file and Helm rendering (`helm_config_text`) are in
+components/kit/nfd_chart.py.
 
 Clusters that already run NFD (often via the Network Operator) set `nfd.mode: existing` and nothing of the above
 is rendered, so NFD is never duplicated. With GPUDirect on, the operator chart's NodeFeatureRule
@@ -69,18 +71,10 @@ step 2 is done. Stacks created with this version, and stacks with `nfd.mode: exi
 
 from __future__ import annotations
 
-import functools
-
-import hashlib
-import json
-import re
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 from pulumi_kubernetes.apiextensions.v1 import (
     CustomResourceDefinitionNamesArgs,
     CustomResourceDefinitionSpecArgs,
@@ -95,24 +89,13 @@ from pulumi_kubernetes.apps.v1 import (
 )
 from pulumi_kubernetes.core.v1 import (
     AffinityArgs,
-    CapabilitiesArgs,
     ContainerArgs,
-    ContainerPortArgs,
-    HTTPGetActionArgs,
-    LocalObjectReferenceArgs,
     NodeAffinityArgs,
     NodeSelectorRequirementArgs,
-    PodSecurityContextArgs,
-    PodSpecArgs,
-    PodTemplateSpecArgs,
     PreferredSchedulingTermArgs,
     NodeSelectorTermArgs,
-    ProbeArgs,
-    ResourceRequirementsArgs,
-    SecurityContextArgs,
     TolerationArgs,
 )
-from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.rbac.v1 import RoleRefArgs, SubjectArgs
 
 from components.catalogs import catalog
@@ -130,22 +113,40 @@ from components.kit.builders import (
     meta,
     mount,
 )
+from components.kit.nfd_chart import (
+    CONFIG_DIR,
+    GC,
+    GC_INTERVAL,
+    MASTER,
+    MASTER_CONF,
+    MASTER_CONF_KEY,
+    PATCH_FORCE,
+    PORT,
+    RELEASE,
+    RESTRICTED,
+    ROLE_LABEL,
+    SERVICE_ACCOUNT,
+    WORKER,
+    WORKER_CONF,
+    WORKER_CONF_KEY,
+    WORKER_HOST_MOUNTS,
+    WORKER_MAX_UNAVAILABLE,
+    WORKER_OWNER_REFS,
+    Pods,
+    chart_meta,
+    config_checksum,
+    config_yaml,
+    container_resources,
+    crd_documents,
+    health_probe,
+    http_ports,
+    pod_spec,
+    pod_template,
+    role_selector,
+)
 from components.kit.rbac import rule
 
-# The Helm release earlier versions installed; the chart names every object after it (its `fullname`).
-RELEASE = "node-feature-discovery"
-MASTER = f"{RELEASE}-master"
-WORKER = f"{RELEASE}-worker"
-GC = f"{RELEASE}-gc"
-MASTER_CONF = f"{MASTER}-conf"
-WORKER_CONF = f"{WORKER}-conf"
-MASTER_CONF_KEY = "nfd-master.conf"
-WORKER_CONF_KEY = "nfd-worker.conf"
-# The operator's values give master, worker and gc this one ServiceAccount, created with the master.
-SERVICE_ACCOUNT = RELEASE
-
 CRD_GROUP = "nfd.k8s-sigs.io"
-CRD_FILE = Path(__file__).resolve().parent.parent / "catalogs" / "nfd_crds.yaml"
 NODE_FEATURE_RULE_CRD = f"nodefeaturerules.{CRD_GROUP}"
 KERNEL_MODULES_RULE = "nvidia-kernel-modules"
 # module -> the label a node gets while it is loaded
@@ -154,22 +155,6 @@ CAPABLE_LABELS = {
     "nvidia_fs": "nvidia.com/gds.capable",
     "nvidia_peermem": "nvidia.com/peermem.capable",
 }
-
-# --- labels -----------------------------------------------------------------------------------------------------
-
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-ROLE_LABEL = "role"
-SELECTOR_LABELS = {NAME_LABEL: catalog.NFD_CHART, INSTANCE_LABEL: RELEASE}
-# The chart's common labels; `meta` adds managed-by (gpu-stack, where the chart says Helm).
-CHART_LABELS = {
-    "helm.sh/chart": f"{catalog.NFD_CHART}-{catalog.NFD_CHART_VERSION}",
-    **SELECTOR_LABELS,
-    "app.kubernetes.io/version": catalog.NFD_IMAGE[1],
-}
-# server-side apply takes the fields Helm's field manager still owns on the objects of a migrated release
-PATCH_FORCE = {"pulumi.com/patchForce": "true"}
-CONFIG_CHECKSUM = "checksum/config"
 
 # --- the operator's values (GO:deployments/gpu-operator/values.yaml `node-feature-discovery:`) -------------------
 
@@ -181,37 +166,6 @@ WORKER_CONFIG: dict[str, Any] = {
 }
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 CONTROL_PLANE_TOLERATION = TolerationArgs(key=CONTROL_PLANE, operator="Equal", value="", effect="NoSchedule")
-
-# --- the chart's pod settings (NFD:values.yaml defaults) ---------------------------------------------------------
-
-PORT = 8080
-PORT_NAME = "http"
-HEALTH_PATH = "/healthz"
-CONFIG_DIR = "/etc/kubernetes/node-feature-discovery"
-# the worker's hook directory, written with its trailing slash as the chart writes it (host path and mount)
-FEATURES_DIR = f"{CONFIG_DIR}/features.d/"
-DNS_POLICY = "ClusterFirstWithHostNet"
-GC_INTERVAL = "1h"
-WORKER_OWNER_REFS = ("pod", "ds")
-WORKER_MAX_UNAVAILABLE = "10%"
-# volume -> (host path, mount path), read-only, in the chart's order
-WORKER_HOST_MOUNTS: dict[str, tuple[str, str]] = {
-    "host-boot": ("/boot", "/host-boot"),
-    "host-os-release": ("/etc/os-release", "/host-etc/os-release"),
-    "host-sys": ("/sys", "/host-sys"),
-    "host-usr-lib": ("/usr/lib", "/host-usr/lib"),
-    "host-lib": ("/lib", "/host-lib"),
-    "host-proc-swaps": ("/proc/swaps", "/host-proc/swaps"),
-    "features-d": (FEATURES_DIR, FEATURES_DIR),
-}
-# container -> (memory limit, cpu request, memory request)
-RESOURCES = {"master": ("4Gi", "100m", "128Mi"), "worker": ("512Mi", "5m", "64Mi"), "gc": ("1Gi", "10m", "128Mi")}
-RESTRICTED = SecurityContextArgs(
-    allow_privilege_escalation=False,
-    capabilities=CapabilitiesArgs(drop=["ALL"]),
-    read_only_root_filesystem=True,
-    run_as_non_root=True,
-)
 
 # --- RBAC (NFD:templates/clusterrole.yaml, role.yaml) -------------------------------------------------------------
 
@@ -250,129 +204,6 @@ def nfd_image(registry_override: Optional[str]) -> str:
     return image_ref(registry_override or catalog.NFD_REGISTRY, path, tag)
 
 
-@functools.lru_cache(maxsize=1)
-def _crd_text_documents() -> tuple[str, ...]:
-    # Parsed once per process (the CRDs are large and every render needs them), kept as JSON so that each caller
-    # gets its own copy to build objects from.
-    return tuple(json.dumps(doc) for doc in yaml.safe_load_all(CRD_FILE.read_text()) if doc)
-
-
-def crd_documents() -> list[dict[str, Any]]:
-    return [json.loads(doc) for doc in _crd_text_documents()]
-
-
-# --- what Helm renders, for the ConfigMaps' data and the pods' checksum/config ----------------------------------
-
-# Plain YAML scalars that go-yaml (Helm's toYaml) writes unquoted; anything that could read as another type is
-# double-quoted, such as the PCI classes (octal-looking numbers).
-_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
-
-
-def _scalar(value: str) -> str:
-    return value if _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS else json.dumps(value)
-
-
-def _yaml_lines(value: Any, indent: str = "") -> list[str]:
-    lines: list[str] = []
-    if isinstance(value, dict):
-        for key in sorted(value):
-            item = value[key]
-            if isinstance(item, (dict, list)) and item:
-                lines.append(f"{indent}{key}:")
-                lines += _yaml_lines(item, indent + "  " if isinstance(item, dict) else indent)
-            else:
-                lines.append(f"{indent}{key}: {_scalar(str(item))}")
-    else:
-        for item in value:
-            lines.append(f"{indent}- {_scalar(str(item))}")
-    return lines
-
-
-def config_yaml(config: dict[str, Any]) -> str:
-    """A config as the chart writes it into its ConfigMap: Helm's `toYaml` (sorted keys, sequences at their key's
-    indentation), without the final newline."""
-    return "\n".join(_yaml_lines(config))
-
-
-def helm_config_text(name: str, namespace: str, key: str, config: dict[str, Any]) -> str:
-    """NFD:templates/nfd-{master,worker}-conf.yaml as Helm renders it for release `node-feature-discovery` (the text
-    whose sha256 the chart puts on the pod template), Helm's own labels included."""
-    labels = {**CHART_LABELS, "app.kubernetes.io/version": json.dumps(catalog.NFD_IMAGE[1]), "app.kubernetes.io/managed-by": "Helm"}
-    label_lines = "".join(f"\n    {k}: {v}" for k, v in labels.items())
-    config_lines = "".join(f"\n    {line}" for line in config_yaml(config).split("\n"))
-    return (
-        f"\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  labels:{label_lines}"
-        f"\ndata:\n  {key}: |-{config_lines}\n"
-    )
-
-
-def config_checksum(name: str, namespace: str, key: str, config: dict[str, Any]) -> str:
-    return hashlib.sha256(helm_config_text(name, namespace, key, config).encode()).hexdigest()
-
-
-# --- builders ---------------------------------------------------------------------------------------------------
-
-
-def _meta(
-    name: str,
-    namespace: Optional[str] = None,
-    labels: Optional[dict[str, str]] = None,
-    annotations: Optional[dict[str, str]] = None,
-) -> ObjectMetaArgs:
-    return meta(name, namespace, {**CHART_LABELS, **(labels or {})}, {**(annotations or {}), **PATCH_FORCE})
-
-
-def _probe(**fields: int) -> ProbeArgs:
-    return ProbeArgs(http_get=HTTPGetActionArgs(path=HEALTH_PATH, port=PORT_NAME), **fields)
-
-
-def _resources(container: str) -> ResourceRequirementsArgs:
-    limit, cpu, memory = RESOURCES[container]
-    return ResourceRequirementsArgs(limits={"memory": limit}, requests={"cpu": cpu, "memory": memory})
-
-
-def _ports() -> list[ContainerPortArgs]:
-    return [ContainerPortArgs(container_port=PORT, name=PORT_NAME)]
-
-
-@dataclass(frozen=True)
-class _Pods:
-    """What every NFD pod takes from the stack: the operands' priority class (and, on the worker, their
-    tolerations), the image, and the registry's pull secrets (the chart's `imagePullSecrets`)."""
-
-    daemonsets: DaemonSets
-    image: str
-    pull_secrets: tuple[str, ...]
-
-
-def _pod_spec(pods: _Pods, container: ContainerArgs, **fields: Any) -> PodSpecArgs:
-    return PodSpecArgs(
-        dns_policy=DNS_POLICY,
-        priority_class_name=pods.daemonsets.priority_class_name or None,
-        image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in pods.pull_secrets] or None,
-        service_account_name=SERVICE_ACCOUNT,
-        security_context=PodSecurityContextArgs(),
-        host_network=False,
-        containers=[container],
-        **fields,
-    )
-
-
-def _template(role: str, spec: PodSpecArgs, checksum: Optional[str] = None) -> PodTemplateSpecArgs:
-    return PodTemplateSpecArgs(
-        metadata=ObjectMetaArgs(
-            labels={**SELECTOR_LABELS, ROLE_LABEL: role},
-            annotations={CONFIG_CHECKSUM: checksum} if checksum else None,
-        ),
-        spec=spec,
-    )
-
-
-def _selector(role: str) -> LabelSelectorArgs:
-    return LabelSelectorArgs(match_labels={**SELECTOR_LABELS, ROLE_LABEL: role})
-
-
 class NodeFeatureDiscovery(pulumi.ComponentResource):
     crds: dict[str, k8s.apiextensions.v1.CustomResourceDefinition]
     workloads: list[pulumi.Resource]
@@ -396,7 +227,7 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         self.crds = {}
         self.workloads = []
         if deploy:
-            self._deploy(namespace, _Pods(daemonsets, nfd_image(registry_override), tuple(pull_secrets)), child)
+            self._deploy(namespace, Pods(daemonsets, nfd_image(registry_override), tuple(pull_secrets)), child)
         if kernel_module_labels:
             # The rule's CRD is one of NFD's: gpu-stack's own when it deploys NFD, the cluster's otherwise.
             rule_crd = [self.crds[NODE_FEATURE_RULE_CRD]] if deploy else []
@@ -416,20 +247,20 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             }
         )
 
-    def _deploy(self, namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> None:
+    def _deploy(self, namespace: str, pods: Pods, opts: pulumi.ResourceOptions) -> None:
         for doc in crd_documents():
             self.crds[doc["metadata"]["name"]] = self._crd(doc, opts)
         crds = list(self.crds.values())
 
         # one ServiceAccount, three sets of rights bound to it (NFD:templates/serviceaccount.yaml, *role*.yaml)
-        account = k8s.core.v1.ServiceAccount(SERVICE_ACCOUNT, metadata=_meta(SERVICE_ACCOUNT, namespace), opts=opts)
+        account = k8s.core.v1.ServiceAccount(SERVICE_ACCOUNT, metadata=chart_meta(SERVICE_ACCOUNT, namespace), opts=opts)
         subjects = [SubjectArgs(kind="ServiceAccount", name=SERVICE_ACCOUNT, namespace=namespace)]
         master_binding = self._cluster_rbac(RELEASE, MASTER_RULES, subjects, also_after(opts, account))
         gc_binding = self._cluster_rbac(GC, GC_RULES, subjects, also_after(opts, account))
-        worker_role = k8s.rbac.v1.Role(WORKER, metadata=_meta(WORKER, namespace), rules=list(WORKER_RULES), opts=opts)
+        worker_role = k8s.rbac.v1.Role(WORKER, metadata=chart_meta(WORKER, namespace), rules=list(WORKER_RULES), opts=opts)
         worker_binding = k8s.rbac.v1.RoleBinding(
             WORKER,
-            metadata=_meta(WORKER, namespace),
+            metadata=chart_meta(WORKER, namespace),
             role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=WORKER),
             subjects=subjects,
             opts=also_after(opts, account, worker_role),
@@ -479,10 +310,10 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
     def _cluster_rbac(
         name: str, rules: Sequence[Any], subjects: list[SubjectArgs], opts: pulumi.ResourceOptions
     ) -> k8s.rbac.v1.ClusterRoleBinding:
-        role = k8s.rbac.v1.ClusterRole(name, metadata=_meta(name), rules=list(rules), opts=opts)
+        role = k8s.rbac.v1.ClusterRole(name, metadata=chart_meta(name), rules=list(rules), opts=opts)
         return k8s.rbac.v1.ClusterRoleBinding(
             name,
-            metadata=_meta(name),
+            metadata=chart_meta(name),
             role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
             subjects=subjects,
             opts=also_after(opts, role),
@@ -492,10 +323,10 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
     def _config_map(
         name: str, namespace: str, key: str, config: dict[str, Any], opts: pulumi.ResourceOptions
     ) -> k8s.core.v1.ConfigMap:
-        return k8s.core.v1.ConfigMap(name, metadata=_meta(name, namespace), data={key: config_yaml(config)}, opts=opts)
+        return k8s.core.v1.ConfigMap(name, metadata=chart_meta(name, namespace), data={key: config_yaml(config)}, opts=opts)
 
     @staticmethod
-    def _master(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+    def _master(namespace: str, pods: Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
         container = ContainerArgs(
             name="master",
             image=pods.image,
@@ -503,11 +334,11 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             command=["nfd-master"],
             args=[f"-port={PORT}"],
             env=[NODE_NAME_ENV],
-            ports=_ports(),
-            startup_probe=_probe(failure_threshold=30),
-            liveness_probe=_probe(),
-            readiness_probe=_probe(failure_threshold=10),
-            resources=_resources("master"),
+            ports=http_ports(),
+            startup_probe=health_probe(failure_threshold=30),
+            liveness_probe=health_probe(),
+            readiness_probe=health_probe(failure_threshold=10),
+            resources=container_resources("master"),
             security_context=RESTRICTED,
             volume_mounts=[mount("nfd-master-conf", CONFIG_DIR, read_only=True)],
         )
@@ -517,7 +348,7 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
                 match_expressions=[NodeSelectorRequirementArgs(key=CONTROL_PLANE, operator="In", values=[""])]
             ),
         )
-        spec = _pod_spec(
+        spec = pod_spec(
             pods,
             container,
             enable_service_links=False,
@@ -528,13 +359,13 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         checksum = config_checksum(MASTER_CONF, namespace, MASTER_CONF_KEY, MASTER_CONFIG)
         return k8s.apps.v1.Deployment(
             MASTER,
-            metadata=_meta(MASTER, namespace, {ROLE_LABEL: "master"}),
-            spec=DeploymentSpecArgs(replicas=1, selector=_selector("master"), template=_template("master", spec, checksum)),
+            metadata=chart_meta(MASTER, namespace, {ROLE_LABEL: "master"}),
+            spec=DeploymentSpecArgs(replicas=1, selector=role_selector("master"), template=pod_template("master", spec, checksum)),
             opts=opts,
         )
 
     @staticmethod
-    def _worker(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+    def _worker(namespace: str, pods: Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
         container = ContainerArgs(
             name="worker",
             image=pods.image,
@@ -542,10 +373,10 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             command=["nfd-worker"],
             args=[f"-owner-refs={','.join(WORKER_OWNER_REFS)}", f"-port={PORT}"],
             env=[NODE_NAME_ENV, env_from_field("POD_NAME", "metadata.name"), env_from_field("POD_UID", "metadata.uid")],
-            ports=_ports(),
-            liveness_probe=_probe(initial_delay_seconds=10),
-            readiness_probe=_probe(initial_delay_seconds=5, failure_threshold=10),
-            resources=_resources("worker"),
+            ports=http_ports(),
+            liveness_probe=health_probe(initial_delay_seconds=10),
+            readiness_probe=health_probe(initial_delay_seconds=5, failure_threshold=10),
+            resources=container_resources("worker"),
             security_context=RESTRICTED,
             volume_mounts=[
                 *(mount(volume, path, read_only=True) for volume, (_, path) in WORKER_HOST_MOUNTS.items()),
@@ -556,7 +387,7 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             TolerationArgs(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds)
             for t in pods.daemonsets.tolerations
         ]
-        spec = _pod_spec(
+        spec = pod_spec(
             pods,
             container,
             tolerations=[CONTROL_PLANE_TOLERATION, *gpu_tolerations],
@@ -569,17 +400,17 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         return k8s.apps.v1.DaemonSet(
             WORKER,
             # like every DaemonSet of the stack, not awaited: a sick node must not hang `pulumi up`
-            metadata=_meta(WORKER, namespace, {ROLE_LABEL: "worker"}, {SKIP_AWAIT: "true"}),
+            metadata=chart_meta(WORKER, namespace, {ROLE_LABEL: "worker"}, {SKIP_AWAIT: "true"}),
             spec=DaemonSetSpecArgs(
-                selector=_selector("worker"),
+                selector=role_selector("worker"),
                 update_strategy=DaemonSetUpdateStrategyArgs(rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=WORKER_MAX_UNAVAILABLE)),
-                template=_template("worker", spec, checksum),
+                template=pod_template("worker", spec, checksum),
             ),
             opts=opts,
         )
 
     @staticmethod
-    def _gc(namespace: str, pods: _Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+    def _gc(namespace: str, pods: Pods, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
         container = ContainerArgs(
             name="gc",
             image=pods.image,
@@ -587,15 +418,15 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             command=["nfd-gc"],
             args=[f"-gc-interval={GC_INTERVAL}"],
             env=[NODE_NAME_ENV],
-            ports=_ports(),
-            liveness_probe=_probe(initial_delay_seconds=10),
-            readiness_probe=_probe(initial_delay_seconds=5),
-            resources=_resources("gc"),
+            ports=http_ports(),
+            liveness_probe=health_probe(initial_delay_seconds=10),
+            readiness_probe=health_probe(initial_delay_seconds=5),
+            resources=container_resources("gc"),
             security_context=RESTRICTED,
         )
         return k8s.apps.v1.Deployment(
             GC,
-            metadata=_meta(GC, namespace, {ROLE_LABEL: "gc"}),
-            spec=DeploymentSpecArgs(replicas=1, selector=_selector("gc"), template=_template("gc", _pod_spec(pods, container))),
+            metadata=chart_meta(GC, namespace, {ROLE_LABEL: "gc"}),
+            spec=DeploymentSpecArgs(replicas=1, selector=role_selector("gc"), template=pod_template("gc", pod_spec(pods, container))),
             opts=opts,
         )
