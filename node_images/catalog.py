@@ -7,7 +7,7 @@ A precompiled driver image is tagged `<branch>-<kernel>-<osTag>` (fact sheet §4
 team fills with node_images/driver-precompiled/build.sh.
 
 Plain data: PyYAML and dataclasses only, so the Pulumi program, the tests and build.sh (through the command
-line below) share one reading of the file.
+line, node_images/catalog_cli.py) share one reading of the file.
 
     python -m node_images.catalog check
     python -m node_images.catalog list
@@ -17,10 +17,7 @@ line below) share one reading of the file.
 
 from __future__ import annotations
 
-import argparse
 import re
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -478,65 +475,6 @@ def load_catalog(path: Union[str, Path] = CATALOG_PATH) -> Catalog:
     return Catalog(path=path, branches=branches, nvidia_repository=repository, matrix=matrix, images=tuple(images))
 
 
-# ---------------------------------------------------------------------------------------------- command line
-
-
-def _shell_vars(catalog: Catalog, entry: NodeImage, branch: str) -> dict[str, str]:
-    reason = unpublished_reason(entry, branch)
-    return {
-        "NAME": entry.name,
-        "OS_TAG": entry.os_tag,
-        "KERNEL": entry.kernel,
-        "ARCH": entry.arch,
-        "BRANCH": branch,
-        "TAG": precompiled_tag(entry, branch),
-        "PUBLISHED": "false" if reason else "true",
-        "REASON": reason or "",
-        "NVIDIA_REF": f"{catalog.nvidia_repository}:{precompiled_tag(entry, branch)}",
-        "PRIVATE_IMAGE": entry.private_image or "",
-        "BASE_IMAGE": catalog.base_image(entry, branch) or "",
-        "SIBLING_ARCHES": " ".join(sorted(i.arch for i in catalog.siblings(entry))),
-    }
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m node_images.catalog", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--catalog", type=Path, default=CATALOG_PATH, help="catalog file (default: %(default)s)")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("check", help="validate the catalog")
-    commands.add_parser("list", help="every image and where its driver image comes from per branch")
-    ref = commands.add_parser("ref", help="the driver image reference of one image and branch")
-    ref.add_argument("name")
-    ref.add_argument("--branch", required=True)
-    ref.add_argument("--registry-repository", default=None, help="NVIDIA's repository or a mirror of it")
-    shell = commands.add_parser("shell", help="KEY='value' lines describing one image and branch (for build.sh)")
-    shell.add_argument("name")
-    shell.add_argument("--branch", required=True)
-    args = parser.parse_args(argv)
-
-    try:
-        catalog = load_catalog(args.catalog)
-        if args.command == "check":
-            print(f"{catalog.path}: {len(catalog)} node images, branches {', '.join(catalog.branches)}")
-        elif args.command == "list":
-            for entry in catalog:
-                sources = []
-                for branch in catalog.branches:
-                    sources.append(f"{branch}={'nvidia' if is_published(entry, branch) else 'private'}")
-                print(f"{entry.name}\t{entry.os_tag}\t{entry.kernel}\t{entry.arch}\t{' '.join(sources)}")
-        elif args.command == "ref":
-            entry = catalog.get(args.name)
-            print(image_ref(entry, args.branch, args.registry_repository or catalog.nvidia_repository))
-        else:
-            entry = catalog.get(args.name)
-            for key, value in _shell_vars(catalog, entry, _branch(args.branch)).items():
-                print(f"{key}={shlex.quote(value)}")
-    except (CatalogError, KeyError, ValueError) as error:
-        message = error.args[0] if isinstance(error, KeyError) else str(error)
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the command line lives in catalog_cli.py; imported here, not above, to avoid a cycle
+    from .catalog_cli import main
+    raise SystemExit(main())

@@ -14,6 +14,7 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from node_images import catalog as nic
+from node_images import catalog_cli
 from node_images.catalog import CatalogError, NodeImage, load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -387,16 +388,24 @@ def test_not_yaml(tmp_path):
 
 
 def test_command_line(capsys):
-    assert nic.main(["check"]) == 0
+    assert catalog_cli.main(["check"]) == 0
     assert "5 node images, branches 580, 595" in capsys.readouterr().out
-    assert nic.main(["ref", "ubuntu22.04-6.5.0-45-generic-amd64", "--branch", "595"]) == 0
+    assert catalog_cli.main(["ref", "ubuntu22.04-6.5.0-45-generic-amd64", "--branch", "595"]) == 0
     assert capsys.readouterr().out == "harbor.platform.internal/gpu-stack/driver:595-6.5.0-45-generic-ubuntu22.04\n"
-    assert nic.main(["list"]) == 0
+    assert catalog_cli.main(["list"]) == 0
     assert "ubuntu22.04-6.5.0-45-generic-amd64\tubuntu22.04\t6.5.0-45-generic\tamd64\t580=private 595=private" in (
         capsys.readouterr().out
     )
-    assert nic.main(["ref", "nope", "--branch", "580"]) == 2
+    assert catalog_cli.main(["ref", "nope", "--branch", "580"]) == 2
     assert "error: no node image 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["node_images.catalog", "node_images.catalog_cli"])
+def test_command_line_runs_as_a_module(module):
+    """`python -m node_images.catalog` (documented, used by build.sh) hands over to catalog_cli."""
+    result = subprocess.run([sys.executable, "-m", module, "check"], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "5 node images, branches 580, 595" in result.stdout
 
 
 # ---------------------------------------------------------------------------------------------- build.sh
