@@ -241,3 +241,19 @@ def test_an_env_entry_without_a_value_is_reported_not_carried_empty():
     reported = {item.path: item.reason for item in result.not_carried}
     assert "driver.secretEnv" in reported["spec.driver.env[NGC_KEY_REF].valueFrom.secretKeyRef.name"]
     assert "spec.driver.env[NGC_KEY_REF]" not in reported
+
+
+def test_toleration_seconds_is_carried_on_a_no_execute_toleration_and_reported_elsewhere():
+    policy = put(fixture("minimal.yaml"), "spec.daemonsets.tolerations", [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 600},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60},
+    ])
+    result = importer.import_cluster_policy(importer.cluster_policy_of(policy, "cp.yaml"), FACTS)
+    assert result.config["gpu-stack:daemonsets"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 600},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    reported = {item.path: item.reason for item in result.not_carried}
+    assert {path: reason for path, reason in reported.items() if "tolerations" in path} == {
+        "spec.daemonsets.tolerations[1].tolerationSeconds":
+        "tolerationSeconds applies to effect NoExecute only; the API server refused it here"}

@@ -8,6 +8,8 @@ from gpustack.importer.common import ImportInputError, int_or_percent, shown_inp
 
 # The chart stamps these on every operand to mark it as its own (gpu-operator.operand-labels helper).
 HELM_OPERAND_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+# The fields of a Kubernetes toleration, all of which daemonsets.tolerations takes.
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
 
 
 class OperandsMixin:
@@ -72,10 +74,14 @@ class OperandsMixin:
             for i, toleration in enumerate(tolerations):
                 if not isinstance(toleration, dict):
                     raise ImportInputError(f"spec.daemonsets.tolerations[{i}]: expected a toleration mapping, got {shown_input(toleration)}")
-                entry = {k: toleration[k] for k in ("key", "operator", "value", "effect") if toleration.get(k) not in (None, "")}
-                for extra in sorted(set(toleration) - {"key", "operator", "value", "effect"}):
+                entry = {k: toleration[k] for k in TOLERATION_FIELDS if toleration.get(k) not in (None, "")}
+                if "tolerationSeconds" in entry and entry.get("effect") != "NoExecute":
+                    # The API server refuses it there (validateTolerations), so the operator's DaemonSets never had it.
+                    self.report(f"spec.daemonsets.tolerations[{i}].tolerationSeconds", entry.pop("tolerationSeconds"),
+                                "tolerationSeconds applies to effect NoExecute only; the API server refused it here")
+                for extra in sorted(set(toleration) - set(TOLERATION_FIELDS)):
                     self.report(f"spec.daemonsets.tolerations[{i}].{extra}", toleration[extra],
-                                "gpu-stack tolerations take key, operator, value and effect only")
+                                "gpu-stack tolerations take key, operator, value, effect and tolerationSeconds only")
                 carried.append(entry)
             self.put("daemonsets.tolerations", carried, origin="spec.daemonsets.tolerations")
         self.put("daemonsets.updateStrategy", s.get("daemonsets.updateStrategy"), origin="spec.daemonsets.updateStrategy")

@@ -49,7 +49,7 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.*.hostNetwork", "gpu-stack has a hostNetwork key for the driver and the DCGM exporter only"),
     ("spec.daemonsets.podSecurityContext*", "gpu-stack has no key for a pod security context; each operand keeps its asset's"),
     ("spec.daemonsets.labels.*", "set by the operator's Helm chart to mark the operands it manages; gpu-stack's objects are not the chart's"),
-    ("spec.daemonsets.tolerations*", "gpu-stack tolerations take key, operator, value and effect only"),
+    ("spec.daemonsets.tolerations*", "gpu-stack tolerations take key, operator, value, effect and tolerationSeconds only"),
     ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout and additionalLabels only"),
     ("spec.dcgmExporter.service.type", "gpu-stack renders the DCGM exporter Service as ClusterIP"),
     ("spec.migManager.gpuClientsConfig*", "gpu-stack mounts NVIDIA's default-gpu-clients ConfigMap and has no key for another"),
