@@ -50,6 +50,22 @@ def _slices(value: Optional[int], total: int) -> str:
     return "?" if value is None else f"{value}/{total}"
 
 
+def profile_differences(known: Optional[mig_profiles.MigProfile], info: MigProfileInfo) -> list[str]:
+    """How the catalog's entry for one profile differs from what the driver offers (known: the catalog's entry)."""
+    if known is None:
+        return []
+    differences = []
+    if known.max_count != info.instances:
+        differences.append(f"{info.name}: {info.instances} per GPU by the driver, {known.max_count} in the catalog")
+    if known.compute_slices != info.compute_slices:
+        differences.append(f"{info.name}: {info.compute_slices} compute slices by the driver, "
+                           f"{known.compute_slices} in the catalog")
+    if info.memory_slices is not None and known.memory_slices != info.memory_slices:
+        differences.append(f"{info.name}: {info.memory_slices} memory slices by the driver, "
+                           f"{known.memory_slices} in the catalog")
+    return differences
+
+
 def catalog_problems(model: Optional[str], label: str, offered: Sequence[MigProfileInfo], driver: str) -> list[str]:
     """Each way the catalog's profiles for `model` differ from what driver `driver` offers on the GPU."""
     geometry = mig_profiles.GEOMETRY.get(model or "")
@@ -62,15 +78,7 @@ def catalog_problems(model: Optional[str], label: str, offered: Sequence[MigProf
         if known is None:
             problems.append(f"{info.name}: driver {driver} offers it ({info.instances} per GPU) but the catalog lacks "
                             f"it, so gpu-stack refuses a layout that uses it")
-            continue
-        if known.max_count != info.instances:
-            problems.append(f"{info.name}: {info.instances} per GPU by the driver, {known.max_count} in the catalog")
-        if known.compute_slices != info.compute_slices:
-            problems.append(f"{info.name}: {info.compute_slices} compute slices by the driver, "
-                            f"{known.compute_slices} in the catalog")
-        if info.memory_slices is not None and known.memory_slices != info.memory_slices:
-            problems.append(f"{info.name}: {info.memory_slices} memory slices by the driver, "
-                            f"{known.memory_slices} in the catalog")
+        problems += profile_differences(known, info)
     offered_names = {info.name for info in offered}
     for name in geometry.profiles:
         if name not in offered_names:
@@ -100,9 +108,7 @@ def table_lines(table: ProfileTable) -> list[str]:
     rows = [("PROFILE", "NVML ID", "COMPUTE", "MEMORY", "PER GPU", "MEMORY MiB", "CATALOG")]
     for p in table.profiles:
         entry = known.get(p.name)
-        same = entry is not None and (entry.max_count, entry.compute_slices) == (p.instances, p.compute_slices) and (
-            p.memory_slices is None or entry.memory_slices == p.memory_slices)
-        verdict = "ok" if same else ("differs" if entry is not None else "missing")
+        verdict = "missing" if entry is None else ("differs" if profile_differences(entry, p) else "ok")
         rows.append((p.name, str(p.nvml_id), _slices(p.compute_slices, compute), _slices(p.memory_slices, memory),
                      str(p.instances), str(p.memory_mib), verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
