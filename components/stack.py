@@ -382,6 +382,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             custom_layouts=sharing.mig_parted_layouts(cfg.node_pools, cfg.mig_layouts),
             with_reboot=cfg.mig_manager.with_reboot,
             toolkit_enabled=cfg.components.toolkit,
+            gpu_clients_config_map=clients.name if (clients := cfg.mig_manager.gpu_clients_config) else None,
             depends_on=after,
             opts=self._opts(),
         )

@@ -54,6 +54,8 @@ from components.config import (
     StackConfig,
     node_images,
 )
+from components.config.relabel import LABEL_NAME as RELABEL_LABEL_NAME
+from components.config.relabel import RELABEL_TARGET
 from gpustack import config_descriptions, generated
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -128,6 +130,8 @@ def constraints(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
         "monitoring.serviceMonitor.interval": DURATION,
         "monitoring.serviceMonitor.scrapeTimeout": DURATION,
         "monitoring.serviceMonitor.additionalLabels": LABEL_MAP,
+        "monitoring.serviceMonitor.relabelings[].sourceLabels": {"items": {"pattern": RELABEL_LABEL_NAME.pattern}},
+        "monitoring.serviceMonitor.relabelings[].targetLabel": {"pattern": RELABEL_TARGET.pattern},
         "monitoring.alerts.utilizationFor": DURATION,
         "monitoring.alerts.validatorNotReadyFor": DURATION,
         "monitoring.alerts.ruleLabels": LABEL_MAP,

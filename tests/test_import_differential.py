@@ -95,6 +95,7 @@ VALUES: dict[str, Any] = {
     "dcgmExporter.env[DCGM_EXPORTER_COLLECTORS]": "/etc/dcgm-exporter/default-counters.csv",
     "dcgmExporter.serviceMonitor.interval": "30s",
     "dcgmExporter.serviceMonitor.scrapeTimeout": "20s",
+    "dcgmExporter.serviceMonitor.relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"}],
     "dcgmExporter.podLabelAllowlistRegex": ["^app$", "^team$"],
     "dcgmExporter.hpcJobMapping.directory": "/var/lib/slurm/gpu-jobs",
     "sandboxWorkloads.mode": "kata",

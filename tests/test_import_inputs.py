@@ -12,7 +12,7 @@ import pytest
 
 from gpustack import importer
 from gpustack.importer.clusterpolicy import _Spec
-from gpustack.importer.shapes import ANY_LIST, BOOLEAN, ENV_LIST, INT_OR_PERCENT_KIND, STRING_LIST, TOLERATIONS
+from gpustack.importer.shapes import ANY_LIST, BOOLEAN, ENV_LIST, INT_OR_PERCENT_KIND, RELABELINGS, STRING_LIST, TOLERATIONS
 from gpustack.importer.spec_fields import HELM_FIELDS, SPEC_FIELDS, validate_helm_values, validate_spec_fields
 from gpustack.importer import ClusterFacts, ImportInputError
 from stacktest import ROOT
@@ -162,7 +162,7 @@ def test_a_huge_or_secret_value_is_never_echoed():
 
 def _wrong_value(kind: Any) -> Any:
     """A value of the wrong type for `kind`: a mapping where a list goes, a list anywhere else."""
-    return {"x": "y"} if kind in (STRING_LIST, ENV_LIST, TOLERATIONS, ANY_LIST) else [["x"]]
+    return {"x": "y"} if kind in (STRING_LIST, ENV_LIST, TOLERATIONS, RELABELINGS, ANY_LIST) else [["x"]]
 
 
 @pytest.mark.parametrize("table, validate, prefix", [

@@ -65,6 +65,9 @@ DEPLOY_COMPONENTS_BY_WORKLOAD: dict[str, tuple[str, ...]] = {
     ),
 }
 MIG_MANAGER_DEPLOY_COMPONENT = "mig-manager"
+# The host GPU clients the MIG manager stops around a reconfiguration: NVIDIA's ConfigMap, which the operator (and
+# gpu-stack) renders unless migManager.gpuClientsConfig names another (fact sheet §11).
+MIG_DEFAULT_GPU_CLIENTS = "default-gpu-clients"
 # With sandboxWorkloads.mode kata, vm-passthrough nodes take Kata's sandbox device plugin in place of KubeVirt's
 # (GO:controllers/state_manager.go, fact sheet §7).
 KATA_DEPLOY_SUBSTITUTES: dict[str, str] = {"sandbox-device-plugin": "kata-sandbox-device-plugin"}

@@ -7,7 +7,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, StrictBool, field_validator
 
-from components.catalogs import catalog
+from components.catalogs import catalog, consts
 from components.config import limits
 from components.config.base import (
     K8S_VERSION,
@@ -183,9 +183,33 @@ class DevicePlugin(_Model):
     mig_strategy: Literal["none", "single", "mixed"] = "single"
 
 
+class GpuClientsConfig(_Model):
+    name: str = Field(
+        description="The ConfigMap (in the stack's namespace) whose `clients.yaml` lists the host GPU clients the "
+        "MIG manager stops around a reconfiguration. gpu-stack mounts it at /gpu-clients and no longer renders "
+        "`default-gpu-clients`; the ConfigMap is yours to create."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        problem = dns_subdomain_problem(value)
+        if problem:
+            raise ValueError(f"{problem}: not a ConfigMap name")
+        if value == consts.MIG_DEFAULT_GPU_CLIENTS:
+            # gpu-stack owns an object of that name: it would overwrite the user's, or fail to create its own.
+            raise ValueError(f"{value!r} is the ConfigMap gpu-stack renders itself; leave gpuClientsConfig unset for it")
+        return value
+
+
 class MigManager(_Model):
     # Lets the MIG manager reboot a node when a MIG mode change needs it (WITH_REBOOT).
     with_reboot: StrictBool = False
+    gpu_clients_config: Optional[GpuClientsConfig] = Field(
+        default=None,
+        description="A ConfigMap of your own in place of NVIDIA's `default-gpu-clients` (the operator's "
+        "`migManager.gpuClientsConfig`); unset, gpu-stack renders and mounts the default.",
+    )
 
 
 class Validator(_Model):

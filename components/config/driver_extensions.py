@@ -12,7 +12,7 @@ directories the repository and certificate files land in, and whether the driver
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, ClassVar, Literal, Optional
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
@@ -203,18 +203,31 @@ class ProbeTimings(_Model):
     timeout_seconds: Optional[int] = Field(default=None, ge=1, le=3600, description="Seconds one probe may take.")
     failure_threshold: Optional[int] = Field(default=None, ge=1, le=10_000, description="Failures in a row that fail it.")
     success_threshold: Optional[int] = Field(
-        default=None, ge=1, le=100, description="Successes in a row that pass it (startup probes: only 1)."
+        default=None, ge=1, le=100, description="Successes in a row that pass it (startup and liveness probes: only 1)."
     )
 
 
-class StartupProbeTimings(ProbeTimings):
+class _OneSuccessTimings(ProbeTimings):
+    kind: ClassVar[str] = "startup"
+
     @field_validator("success_threshold")
     @classmethod
     def _one(cls, value: Optional[int]) -> Optional[int]:
-        # The API server refuses anything else on a startup probe (validateProbe).
+        # The API server refuses anything else on startup and liveness probes (validateProbe).
         if value not in (None, 1):
-            raise ValueError(f"got {value}; a startup probe's successThreshold must be 1")
+            raise ValueError(f"got {value}; a {cls.kind} probe's successThreshold must be 1")
         return value
+
+
+class StartupProbeTimings(_OneSuccessTimings):
+    pass
+
+
+class LivenessProbeTimings(_OneSuccessTimings):
+    """Timings of the liveness probe gpu-stack adds to the driver container when the key is set: the startup
+    probe's check run again, starting from the startup probe's defaults."""
+
+    kind: ClassVar[str] = "liveness"
 
 
 def _driver_extension_checks(cfg: StackConfig) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from components.config.base import (
 from components.config.driver_extensions import (
     ExtraVolume,
     LicensingConfig,
+    LivenessProbeTimings,
     NamedFiles,
     ProbeTimings,
     RepoConfig,
@@ -75,6 +76,13 @@ class Driver(_Model):
         default=None,
         description="Timings of the driver container's readiness probe (ready once the node validated; defaults "
         "period 10, timeout 5, thresholds 1).",
+    )
+    liveness_probe: Optional[LivenessProbeTimings] = Field(
+        default=None,
+        description="Set (`{}` included), adds a liveness probe to the driver container: the startup probe's check "
+        "(module loaded, driver daemons Ready, nvidia-smi answers) run again once started, with the startup probe's "
+        "defaults for unset timings. Unset: no liveness probe, as in NVIDIA's asset. A failing probe restarts nvidia-driver-ctr, which "
+        "reloads the driver under the node's GPU workloads.",
     )
     host_network: StrictBool = Field(
         default=False, description="Run driver pods in the node's network namespace (dnsPolicy ClusterFirstWithHostNet)."

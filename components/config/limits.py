@@ -25,6 +25,8 @@ these constants as `max_length` / `le` bounds or in their validators; an error n
 | MAX_EXTRA_METRICS           | dcgmExporter.extraMetrics                                                | 256     |
 | MAX_UNAVAILABLE_COUNT       | daemonsets.maxUnavailable, upgrade.maxUnavailable as a count             | 100000  |
 | MAX_SCRAPE_DURATION_MS      | monitoring.serviceMonitor.interval and scrapeTimeout                     | 1h      |
+| MAX_RELABELINGS             | monitoring.serviceMonitor.relabelings                                    | 32      |
+| MAX_RELABEL_SOURCE_LABELS   | monitoring.serviceMonitor.relabelings[].sourceLabels                     | 16      |
 | MAX_ALERT_DURATION_MS       | monitoring.alerts.utilizationFor, validatorNotReadyFor                   | 7d      |
 """
 
@@ -46,4 +48,6 @@ ANNOTATIONS_MAX_BYTES = 256 * 1024
 MAX_EXTRA_METRICS = 256
 MAX_UNAVAILABLE_COUNT = 100_000
 MAX_SCRAPE_DURATION_MS = 3_600_000
+MAX_RELABELINGS = 32
+MAX_RELABEL_SOURCE_LABELS = 16
 MAX_ALERT_DURATION_MS = 7 * 86_400_000

@@ -11,6 +11,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 from components.catalogs import dcgm_metrics
 from components.config import limits
 from components.config.base import NAMESPACE, _label_map, _Model, _set_aliases, shown
+from components.config.relabel import RE2_UNSUPPORTED, RelabelConfig
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -52,8 +53,6 @@ HOSTENGINE = re.compile(
 # An absolute, normalised path of plain characters (no `.` or `..` segment): a file in the image or a host directory.
 PLAIN_PATH = re.compile(r"^(/[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*)+$")
 MAX_ALLOWLIST_REGEXES = 32
-# Python syntax Go's RE2 lacks: lookahead/lookbehind, named and numbered backreferences.
-RE2_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]")
 MAX_REGEX_LENGTH = 256
 
 
@@ -232,6 +231,21 @@ class ServiceMonitorSettings(_Model):
     scrape_timeout: str = "10s"
     # Labels a Prometheus `serviceMonitorSelector` matches, e.g. release: kube-prometheus-stack.
     additional_labels: dict[str, str] = {}
+    honor_labels: StrictBool = Field(
+        default=False,
+        description=(
+            "`honorLabels` of both ServiceMonitors' endpoints: on a clash, keep the scraped metric's label (e.g. its own `namespace` or "
+            "`pod`) instead of renaming it `exported_<label>` beside the target's."
+        ),
+    )
+    relabelings: list[RelabelConfig] = Field(
+        default=[],
+        max_length=limits.MAX_RELABELINGS,
+        description=(
+            "`relabelings` of both ServiceMonitors' endpoints: Prometheus relabel configs applied to each target before the scrape, e.g. "
+            "`{sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: node}`. Checked as Prometheus checks them."
+        ),
+    )
 
     _durations = field_validator("interval", "scrape_timeout")(_scrape_duration)
     _labels = field_validator("additional_labels")(_label_map)

@@ -444,6 +444,12 @@ def metrics_endpoint(
         opts=opts,
     )
     if monitor is not None:
+        endpoint: dict[str, object] = {"port": port_name, "path": "/metrics", "interval": monitor.interval, "scrapeTimeout": monitor.scrape_timeout}
+        # Only when set: the operator's Go Endpoint omits a false honorLabels and empty relabelings (omitempty).
+        if monitor.honor_labels:
+            endpoint["honorLabels"] = True
+        if monitor.relabelings:
+            endpoint["relabelings"] = [r.rendered() for r in monitor.relabelings]
         k8s.apiextensions.CustomResource(
             name,
             api_version="monitoring.coreos.com/v1",
@@ -451,9 +457,7 @@ def metrics_endpoint(
             metadata=meta(name, namespace, {"app": name, **monitor.additional_labels}),
             spec={
                 "jobLabel": "app",
-                "endpoints": [
-                    {"port": port_name, "path": "/metrics", "interval": monitor.interval, "scrapeTimeout": monitor.scrape_timeout}
-                ],
+                "endpoints": [endpoint],
                 "namespaceSelector": {"matchNames": [namespace]},
                 "selector": {"matchLabels": {"app": name}},
             },

@@ -290,6 +290,15 @@ def driver_daemonset(
             mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
         ],
     )
+    startup = ProbeArgs(
+        exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
+        # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
+        initial_delay_seconds=5 if target.precompiled else 60,
+        failure_threshold=120,
+        success_threshold=1,
+        period_seconds=10,
+        timeout_seconds=60,
+    )
     driver = ContainerArgs(
         name="nvidia-driver-ctr",
         image=target.image,
@@ -314,15 +323,11 @@ def driver_daemonset(
             mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
             *ext.driver_mounts,
         ],
-        startup_probe=tuned(ProbeArgs(
-            exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
-            # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
-            initial_delay_seconds=5 if target.precompiled else 60,
-            failure_threshold=120,
-            success_threshold=1,
-            period_seconds=10,
-            timeout_seconds=60,
-        ), settings.startup_probe),
+        startup_probe=tuned(startup, settings.startup_probe),
+        # NVIDIA's driver container has no liveness probe for driver.livenessProbe to tune (the operator's
+        # setContainerProbe would dereference a missing one), so gpu-stack adds one only when asked: the startup
+        # check again, since it is what "the driver works" means here, and rewriting .driver-ctr-ready is idempotent.
+        liveness_probe=None if settings.liveness_probe is None else tuned(startup, settings.liveness_probe),
         readiness_probe=tuned(ProbeArgs(
             exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
             period_seconds=10,

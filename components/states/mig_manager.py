@@ -41,7 +41,7 @@ from components.kit.rbac import SCC_USE, rbac_set, rule
 NAME = "nvidia-mig-manager"
 DEFAULT_CONFIGMAP = "default-mig-parted-config"
 CUSTOM_CONFIGMAP = "gpu-stack-mig-parted-config"
-GPU_CLIENTS_CONFIGMAP = "default-gpu-clients"
+GPU_CLIENTS_CONFIGMAP = consts.MIG_DEFAULT_GPU_CLIENTS
 ENTRYPOINT_CONFIGMAP = "nvidia-mig-manager-entrypoint"
 CONFIG_DIR = "/mig-parted-config"
 
@@ -108,6 +108,7 @@ class MigManager(pulumi.ComponentResource):
         custom_layouts: Mapping[str, Mapping[str, mig_catalog.LayoutValue]],
         with_reboot: bool,
         toolkit_enabled: bool,
+        gpu_clients_config_map: Optional[str] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -121,18 +122,20 @@ class MigManager(pulumi.ComponentResource):
             data={"config.yaml": yaml.safe_dump(mig_catalog.mig_parted_config(custom_layouts), sort_keys=False)},
             opts=child,
         )
-        clients = k8s.core.v1.ConfigMap(
-            GPU_CLIENTS_CONFIGMAP,
-            metadata=meta(GPU_CLIENTS_CONFIGMAP, ops.namespace, {"app": NAME}),
-            data={"clients.yaml": yaml.safe_dump({"version": "v1", "systemd-services": list(GPU_CLIENT_SERVICES)}, sort_keys=False)},
-            opts=child,
-        )
-        entrypoint = k8s.core.v1.ConfigMap(
+        config_maps: list[pulumi.Resource] = [parted]
+        if gpu_clients_config_map is None:
+            config_maps.append(k8s.core.v1.ConfigMap(
+                GPU_CLIENTS_CONFIGMAP,
+                metadata=meta(GPU_CLIENTS_CONFIGMAP, ops.namespace, {"app": NAME}),
+                data={"clients.yaml": yaml.safe_dump({"version": "v1", "systemd-services": list(GPU_CLIENT_SERVICES)}, sort_keys=False)},
+                opts=child,
+            ))
+        config_maps.append(k8s.core.v1.ConfigMap(
             ENTRYPOINT_CONFIGMAP,
             metadata=meta(ENTRYPOINT_CONFIGMAP, ops.namespace, {"app": NAME}),
             data={"entrypoint.sh": ENTRYPOINT},
             opts=child,
-        )
+        ))
         manager = ContainerArgs(
             name=NAME,
             image=ops.images.mig_manager,
@@ -170,10 +173,10 @@ class MigManager(pulumi.ComponentResource):
                 host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
                 host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
                 host_path("host-root", "/"),
-                config_map_volume("gpu-clients", config_map=GPU_CLIENTS_CONFIGMAP),
+                config_map_volume("gpu-clients", config_map=gpu_clients_config_map or GPU_CLIENTS_CONFIGMAP),
                 config_map_volume("mig-parted-config", config_map=self.config_map_name),
                 host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
             ],
-            opts=also_after(child, *rbac.resources, parted, clients, entrypoint),
+            opts=also_after(child, *rbac.resources, *config_maps),
         )
         self.register_outputs({"daemonset": NAME, "configMap": self.config_map_name})

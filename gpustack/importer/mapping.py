@@ -44,7 +44,10 @@ DIRECT: tuple[Carried, ...] = (
     Carried("dcgmExporter.hostNetwork", "dcgmExporter.hostNetwork", False),
     Carried("dcgmExporter.hpcJobMapping.enabled", "dcgmExporter.hpcJobMapping.enabled", False),
     Carried("dcgmExporter.hpcJobMapping.directory", "dcgmExporter.hpcJobMapping.directory", "/var/lib/dcgm-exporter/job-mapping"),
+    Carried("migManager.gpuClientsConfig.name", "migManager.gpuClientsConfig.name", "default-gpu-clients"),
 )
+
+PROBE_FIELDS = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold", "successThreshold")
 
 # ConfigMaps the driver mounts key by key: ClusterPolicy path -> (gpu-stack key, its name field).
 DRIVER_CONFIGMAPS = (
@@ -124,6 +127,8 @@ BY_CODE: tuple[Carried, ...] = (
     Carried("dcgmExporter.serviceMonitor.interval", "monitoring.serviceMonitor.interval", by="operands"),
     Carried("dcgmExporter.serviceMonitor.scrapeTimeout", "monitoring.serviceMonitor.scrapeTimeout", by="operands"),
     Carried("dcgmExporter.serviceMonitor.additionalLabels", "monitoring.serviceMonitor.additionalLabels", by="operands"),
+    Carried("dcgmExporter.serviceMonitor.honorLabels", "monitoring.serviceMonitor.honorLabels", by="operands"),
+    Carried("dcgmExporter.serviceMonitor.relabelings", "monitoring.serviceMonitor.relabelings", by="operands"),
     Carried("gfd.enabled", "components.gfd", by="operands"),
     Carried("migManager.enabled", "components.migManager", by="operands"),
     Carried("migManager.config.name", "migLayouts (with --nodes and --configmap)", by="configmaps"),
@@ -196,7 +201,7 @@ class MappingMixin:
         self._licensing()
         for path, key, field in DRIVER_CONFIGMAPS:
             self._driver_configmap(path, key, field)
-        self._readiness_probe()
+        self._probe_timings("readinessProbe", PROBE_FIELDS)
 
     def _driver_configmap(self, path: str, key: str, field: str) -> None:
         """A ConfigMap the driver mounts key by key: gpu-stack renders offline, so its keys come from --configmap."""
@@ -215,16 +220,16 @@ class MappingMixin:
         self.used_configmaps.add(str(name))
         self.put(key, {field: str(name), "files": sorted(data)}, origin=f"spec.{path}")
 
-    def _readiness_probe(self) -> None:
+    def _probe_timings(self, name: str, fields: tuple[str, ...]) -> None:
         s = self.spec
-        probe = s.raw("driver.readinessProbe")
-        if s.moot_of("spec.driver.readinessProbe") is not None or not isinstance(probe, dict):
+        probe = s.raw(f"driver.{name}")
+        if s.moot_of(f"spec.driver.{name}") is not None or not isinstance(probe, dict):
             return
-        fields = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold", "successThreshold")
-        carried_probe = {k: probe[k] for k in fields if probe.get(k) is not None}
-        s.use(*(f"driver.readinessProbe.{k}" for k in carried_probe))
+        present = [k for k in fields if probe.get(k) is not None]
+        s.use(*(f"driver.{name}.{k}" for k in present))
+        carried_probe = {k: probe[k] for k in present}
         if carried_probe:
-            self.put("driver.readinessProbe", carried_probe, origin="spec.driver.readinessProbe")
+            self.put(f"driver.{name}", carried_probe, origin=f"spec.driver.{name}")
 
     def _licensing(self) -> None:
         s = self.spec

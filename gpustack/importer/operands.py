@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpustack.importer.clusterpolicy import CRD_DEFAULTS
 from gpustack.importer.common import ImportInputError, int_or_percent, shown_input, truthy
+from gpustack.importer.shapes import RELABEL_FIELDS
 
 # The chart stamps these on every operand to mark it as its own (gpu-operator.operand-labels helper).
 HELM_OPERAND_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
@@ -118,6 +119,11 @@ class OperandsMixin:
             labels = s.get("dcgmExporter.serviceMonitor.additionalLabels")
             if labels:
                 settings["additionalLabels"] = {k: str(v) for k, v in labels.items()}
+            if s.get("dcgmExporter.serviceMonitor.honorLabels"):
+                settings["honorLabels"] = True
+            relabelings = self._relabelings()
+            if relabelings:
+                settings["relabelings"] = relabelings
             if settings:
                 self.put("monitoring.serviceMonitor", settings, origin="spec.dcgmExporter.serviceMonitor")
             self.notes.append("monitoring.prometheusOperator true (dcgmExporter.serviceMonitor.enabled): the operator "
@@ -128,6 +134,23 @@ class OperandsMixin:
         name = s.get("dcgmExporter.config.name")
         if name:
             self._dcgm_metrics(name)
+
+    def _relabelings(self) -> list[dict]:
+        """The DCGM exporter endpoint's relabelings, field by field (the types' check ran before the mapping)."""
+        s = self.spec
+        entries = s.get("dcgmExporter.serviceMonitor.relabelings") or []
+        carried = []
+        for i, entry in enumerate(entries):
+            # modulus is a uint64 with omitempty in the operator's RelabelConfig: 0 never reached the ServiceMonitor.
+            kept = {k: v for k, v in entry.items() if k in RELABEL_FIELDS and v is not None and not (k == "modulus" and v == 0)}
+            for extra in sorted(set(entry) - set(RELABEL_FIELDS)):
+                self.report(f"spec.dcgmExporter.serviceMonitor.relabelings[{i}].{extra}", entry[extra],
+                            "not a field of the Prometheus Operator's RelabelConfig; the API server pruned it")
+            carried.append(kept)
+        if carried and s.peek("nodeStatusExporter.enabled"):
+            self.notes.append("monitoring.serviceMonitor.relabelings: gpu-stack applies them to the node status exporter's "
+                              "ServiceMonitor too, which the operator left without relabelings")
+        return carried
 
     def _components(self) -> None:
         s = self.spec

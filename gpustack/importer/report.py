@@ -18,7 +18,6 @@ SAME_AS_GPU_STACK: tuple[tuple[str, Any], ...] = (
     ("spec.operator.use_ocp_driver_toolkit", False),
     ("spec.devicePlugin.mps.root", "/run/nvidia/mps"),
     ("spec.cdi.nriPluginEnabled", False),
-    ("spec.dcgmExporter.serviceMonitor.honorLabels", False),
     ("spec.dcgmExporter.service.type", "ClusterIP"),
     ("spec.toolkit.env[CONTAINERD_RUNTIME_CLASS]", "nvidia"),
     ("spec.psa.enabled", True),
@@ -42,7 +41,11 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
     ("spec.driver.virtualTopology*", "gpu-stack has no key for the vGPU topology daemon config"),
     ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
-    ("spec.driver.livenessProbe*", "gpu-stack renders no liveness probe for the driver (driver.startupProbe and readinessProbe it has)"),
+    # NVIDIA's driver container has no liveness probe: the operator's setContainerProbe tunes an existing probe
+    # only, so these timings never took effect there, and carrying them would turn on a probe that restarts the
+    # driver under GPU work, which the cluster never had.
+    ("spec.driver.livenessProbe*", "NVIDIA's driver container has no liveness probe, so the operator never applied "
+                                   "these timings; set driver.livenessProbe in the stack to have gpu-stack add one"),
     ("spec.driver.*Probe*", "gpu-stack's driver probe keys are initialDelaySeconds, periodSeconds, timeoutSeconds, failureThreshold (and successThreshold for readiness)"),
     ("spec.validator.*.env[*]", "the validator's per-check env: gpu-stack exposes WITH_WORKLOAD (validator.pluginWorkload) only"),
     ("spec.*.driverManager.*", "the k8s-driver-manager init container of the VFIO/vGPU manager: gpu-stack has no per-operand key for it"),
@@ -50,9 +53,9 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.daemonsets.podSecurityContext*", "gpu-stack has no key for a pod security context; each operand keeps its asset's"),
     ("spec.daemonsets.labels.*", "set by the operator's Helm chart to mark the operands it manages; gpu-stack's objects are not the chart's"),
     ("spec.daemonsets.tolerations*", "gpu-stack tolerations take key, operator, value, effect and tolerationSeconds only"),
-    ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout and additionalLabels only"),
+    ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout, honorLabels, "
+                                           "additionalLabels and relabelings only"),
     ("spec.dcgmExporter.service.type", "gpu-stack renders the DCGM exporter Service as ClusterIP"),
-    ("spec.migManager.gpuClientsConfig*", "gpu-stack mounts NVIDIA's default-gpu-clients ConfigMap and has no key for another"),
     ("spec.vgpuDeviceManager.config.name", "a custom vGPU devices ConfigMap is not read; gpu-stack renders default-vgpu-devices-config"),
     ("spec.psa.enabled", "gpu-stack labels its namespace pod-security privileged whatever this says"),
     ("spec.cdi.nriPluginEnabled", "gpu-stack has no NRI plugin mode (fact sheet §8.2): CDI goes through the runtime's config"),

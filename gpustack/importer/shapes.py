@@ -144,6 +144,10 @@ ANY_LIST = _scalar((list,), "a list")
 # The ClusterPolicy's EnvVar is {name, value}, both strings (no valueFrom).
 ENV_LIST = list_of(fields_of({"name": STRING, "value": STRING}, "an env entry {name, value}", required=("name",)),
                    "a list of {name, value}")
+# prometheus-operator's RelabelConfig, the type of the ClusterPolicy's serviceMonitor.relabelings entries.
+RELABEL_FIELDS = {"sourceLabels": STRING_LIST, "separator": STRING, "targetLabel": STRING, "regex": STRING, "modulus": INTEGER,
+                  "replacement": STRING, "action": STRING}
+RELABELINGS = list_of(fields_of(RELABEL_FIELDS, "a relabel config"), "a list of relabel configs")
 TOLERATIONS = list_of(fields_of({"key": STRING, "operator": STRING, "value": STRING, "effect": STRING,
                                  "tolerationSeconds": INTEGER}, "a toleration"), "a list of tolerations")
 

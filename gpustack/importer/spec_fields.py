@@ -16,7 +16,7 @@ from gpustack.importer.clusterpolicy import CRD_DEFAULTS, ENUMS
 from gpustack.importer.common import ImportInputError
 from gpustack.importer.images import POD_OF
 from gpustack.importer.mapping import DIRECT
-from gpustack.importer.shapes import (ANY_LIST, BOOLEAN, ENV_LIST, INT_OR_PERCENT_KIND, INTEGER, MAPPING, STRING,
+from gpustack.importer.shapes import (ANY_LIST, BOOLEAN, ENV_LIST, INT_OR_PERCENT_KIND, INTEGER, MAPPING, RELABELINGS, STRING,
                                       STRING_LIST, STRING_MAP, TOLERATIONS, Kind, check_fields, type_name)
 
 # Budgets the operator parses with intstr.Parse.
@@ -60,7 +60,7 @@ _BY_HAND: dict[str, Kind] = {
     "dcgmExporter.serviceMonitor.scrapeTimeout": STRING,
     "dcgmExporter.serviceMonitor.honorLabels": BOOLEAN,
     "dcgmExporter.serviceMonitor.additionalLabels": STRING_MAP,
-    "dcgmExporter.serviceMonitor.relabelings": ANY_LIST,
+    "dcgmExporter.serviceMonitor.relabelings": RELABELINGS,
     "migManager.config.name": STRING,
     "migManager.gpuClientsConfig.name": STRING,
     "vgpuManager.kernelModuleConfig.name": STRING,
