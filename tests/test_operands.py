@@ -126,7 +126,10 @@ def test_dcgm_exporter_daemonset_service_and_service_monitor():
     assert service["spec"]["ports"] == [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}]
     monitor = objects(recording, "ServiceMonitor")["nvidia-dcgm-exporter"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert monitor["spec"]["endpoints"] == [{"port": "gpu-metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}]
+    assert monitor["spec"]["endpoints"] == [{
+        "port": "gpu-metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
+        "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}],
+    }]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
     assert rules(objects(recording, "Role")["nvidia-dcgm-exporter"]) == {(("",), ("configmaps",), ("get", "list"))}
 
