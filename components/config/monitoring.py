@@ -11,7 +11,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 from components.catalogs import dcgm_metrics
 from components.config import limits
 from components.config.base import NAMESPACE, _label_map, _Model, _set_aliases, shown
-from components.config.relabel import RE2_UNSUPPORTED, RelabelConfig
+from components.config.relabel import RelabelConfig, re2_problem
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -165,13 +165,9 @@ class DcgmExporter(_Model):
             if "," in value:
                 # the exporter splits the joined variable on commas, so a{1,3} would arrive as two broken patterns
                 raise ValueError(f"entry {i} ({shown!r}) contains a comma; the exporter splits the list on commas")
-            try:
-                re.compile(value)
-            except re.error as error:
-                raise ValueError(f"entry {i} ({shown!r}) is not a regular expression: {error}") from None
-            if RE2_UNSUPPORTED.search(value):
-                # the exporter compiles with Go's regexp (RE2), which has neither lookaround nor backreferences
-                raise ValueError(f"entry {i} ({shown!r}) uses a lookaround or backreference, which Go's regexp (RE2) rejects")
+            problem = re2_problem(value)
+            if problem:
+                raise ValueError(f"entry {i} ({shown!r}) {problem}")
         if len(set(values)) != len(values):
             raise ValueError("lists a regular expression twice")
         return values

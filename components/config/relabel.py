@@ -22,6 +22,19 @@ LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RELABEL_TARGET = re.compile(r"^(?:[a-zA-Z_]|\$\{\w+\}|\$\w)(?:\w|\$\{\w+\}|\$\w)*$", re.ASCII)
 # Python syntax Go's RE2 lacks: lookahead/lookbehind, named and numbered backreferences.
 RE2_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]")
+
+
+def re2_problem(value: str) -> Optional[str]:
+    """Why Go's regexp (RE2), which Prometheus and the DCGM exporter compile with, would refuse `value`; None if
+    it would not. Python's `re` is close enough to RE2 to catch a syntax error; what RE2 lacks on top is checked
+    after."""
+    try:
+        re.compile(value)
+    except re.error as error:
+        return f"is not a regular expression: {error}"
+    if RE2_UNSUPPORTED.search(value):
+        return "uses a lookaround or backreference, which Go's regexp (RE2) rejects"
+    return None
 # Both spellings, as the ServiceMonitor CRD's enum has them (gpustack/crd_schemas.py); Prometheus takes either.
 RelabelAction = Literal[
     "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
@@ -88,13 +101,9 @@ class RelabelConfig(_Model):
     def _regex(cls, value: Optional[str]) -> Optional[str]:
         if value is None:
             return value
-        # Python's `re` is close enough to RE2 to catch a syntax error; what RE2 lacks on top is checked after.
-        try:
-            re.compile(value)
-        except re.error as error:
-            raise ValueError(f"{shown(value)} is not a regular expression: {error}") from None
-        if RE2_UNSUPPORTED.search(value):
-            raise ValueError(f"{shown(value)} uses a lookaround or backreference, which Prometheus' regexp (RE2) rejects")
+        problem = re2_problem(value)
+        if problem:
+            raise ValueError(f"{shown(value)} {problem}")
         return value
 
     @property
