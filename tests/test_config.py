@@ -40,6 +40,9 @@ U = "gpu-stack:upgrade"
 BAD = [
     ("missing cluster", deleter(C), "gpu-stack:cluster", "required"),
     ("missing context", deleter(C, "context"), "gpu-stack:cluster.context", "required"),
+    ("context with a newline", setter(C, "context", value="prod-eu1-admin\n"), "gpu-stack:cluster.context", "control character"),
+    ("context with an escape", setter(C, "context", value="prod\x1b[31m"), "gpu-stack:cluster.context", "control character"),
+    ("context too long", setter(C, "context", value="c" * 1025), "gpu-stack:cluster.context", "at most 1024"),
     ("runtime", setter(C, "containerRuntime", value="docker"), "gpu-stack:cluster.containerRuntime", "'containerd', 'cri-o'"),
     ("k8s too old", setter(C, "kubernetesVersions", value=["1.20"]), "gpu-stack:cluster.kubernetesVersions", "allowed values: 1.25"),
     ("k8s none", setter(C, "kubernetesVersions", value=[]), "gpu-stack:cluster.kubernetesVersions", "at least 1"),

@@ -28,6 +28,11 @@ from components.config.base import (
 )
 
 
+# kubeconfig context names are free text; this bounds them to what any real one needs.
+MAX_CONTEXT_LENGTH = 1024
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _supported_kubernetes_minors() -> list[int]:
     from kubernetes_validate.utils import all_versions
 
@@ -36,13 +41,22 @@ def _supported_kubernetes_minors() -> list[int]:
 
 class Cluster(_Model):
     name: str
-    context: str = Field(min_length=1)
+    context: str = Field(min_length=1, max_length=MAX_CONTEXT_LENGTH)
     kubeconfig: Optional[str] = None
     kubernetes_versions: list[str] = Field(min_length=1, max_length=limits.MAX_KUBERNETES_VERSIONS)
     container_runtime: Literal["containerd", "cri-o"] = "containerd"
     namespace: str = "gpu-operator"
 
     _names = field_validator("name", "namespace")(_dns_label)
+
+    @field_validator("context")
+    @classmethod
+    def _printable_context(cls, value: str) -> str:
+        # kubectl and the Kubernetes provider take any name a kubeconfig holds (an EKS ARN, user@cluster), but a
+        # control character is never one: it is a paste or templating error, and it would garble every log line.
+        if CONTROL_CHARACTER.search(value):
+            raise ValueError("contains a control character (a newline, tab or escape); a kubeconfig context name is printable text")
+        return value
 
     @field_validator("kubernetes_versions")
     @classmethod
