@@ -7,7 +7,7 @@ like its asset folder.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -227,7 +227,32 @@ def validator_main(name: str, image: str, *, withdraw: str, mounts: Sequence[Vol
 # --- the operand DaemonSet ----------------------------------------------------------------------------------
 
 
-def operand_daemonset(
+@dataclass(frozen=True)
+class DaemonSetParts:
+    """A DaemonSet's metadata and spec as they will be registered, built before anything is: what is derived from
+    the pod template (the driver's `gpu-stack/template-digest`) is computed from these, once."""
+
+    metadata: ObjectMetaArgs
+    spec: DaemonSetSpecArgs
+
+    def annotated(self, annotations: Mapping[str, str]) -> "DaemonSetParts":
+        """The same DaemonSet with more metadata annotations; the pod template stays as it is."""
+        m = self.metadata
+        merged = {**(m.annotations or {}), **annotations}
+        return DaemonSetParts(ObjectMetaArgs(name=m.name, namespace=m.namespace, labels=m.labels, annotations=merged), self.spec)
+
+
+def operand_daemonset(name: str, ops: Operands, *, opts: pulumi.ResourceOptions, **settings: Any) -> k8s.apps.v1.DaemonSet:
+    """An operand DaemonSet with the operator's common transforms applied (`operand_daemonset_parts` takes
+    `settings`), registered."""
+    return register_daemonset(name, operand_daemonset_parts(name, ops, **settings), opts)
+
+
+def register_daemonset(name: str, parts: DaemonSetParts, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+    return k8s.apps.v1.DaemonSet(name, metadata=parts.metadata, spec=parts.spec, opts=opts)
+
+
+def operand_daemonset_parts(
     name: str,
     ops: Operands,
     *,
@@ -251,9 +276,8 @@ def operand_daemonset(
     update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
     termination_grace_period_seconds: Optional[int] = None,
     resource_claims: Sequence[PodResourceClaimArgs] = (),
-    opts: pulumi.ResourceOptions,
-) -> k8s.apps.v1.DaemonSet:
-    """An operand DaemonSet with the operator's common transforms applied.
+) -> DaemonSetParts:
+    """An operand DaemonSet's metadata and spec, with the operator's common transforms applied; pure.
 
     Every operand is `skipAwait`: ordering between components happens per node through the validation files
     (fact sheet §1.3), and awaiting DaemonSets would hang `pulumi up` on OnDelete updates and sick nodes. Stack
@@ -282,8 +306,7 @@ def operand_daemonset(
         strategy = DaemonSetUpdateStrategyArgs(
             type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=ds.max_unavailable)
         )
-    return k8s.apps.v1.DaemonSet(
-        name,
+    return DaemonSetParts(
         metadata=meta(
             name,
             ops.namespace,
@@ -321,7 +344,6 @@ def operand_daemonset(
                 ),
             ),
         ),
-        opts=opts,
     )
 
 
