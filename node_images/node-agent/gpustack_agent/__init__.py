@@ -10,7 +10,8 @@ annotates the node with them and with their drift from its pool, and the driver 
 ``wait-for-completion`` init container (upgrade.waitForCompletion).
 
 Module layout keeps decisions testable without a cluster: :mod:`.labels`, :mod:`.gate`,
-:mod:`.removal` (which label changes wait for a removal slot), :mod:`.leases` (which slot a
+:mod:`.removal` (which label changes wait for a slot), :mod:`.budget` and :mod:`.slots` (the fleet's one
+disruption budget), :mod:`.upgrade` (whether a driver pod is out of date; which slot a
 node may take) and :mod:`.pods` are pure functions over API objects as plain dicts,
 :mod:`.inventory` holds the NVML read (also imported by ``python -m gpustack inventory``)
 and pure drift checks; :mod:`.kube` (API glue, loops, the gate), :mod:`.pacer` (paced
@@ -18,4 +19,4 @@ removals: GPU work, evictions, Leases) and :mod:`.completion` (cordon, wait for 
 uncordon) are the only modules that talk to the API server.
 """
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"

@@ -44,13 +44,16 @@ LABEL_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
   CONFIG_FILE      node-pools config, re-read on every reconcile (default {DEFAULT_CONFIG_FILE})
   RESYNC_SECONDS   watch timeout, i.e. how often config changes are picked up (default {DEFAULT_RESYNC_SECONDS});
-                   at most {kube.PACE_POLL_SECONDS} while the node holds a removal slot
+                   while the node holds a slot it watches its own pods instead, for at most
+                   {pacer.HOLD_WATCH_SECONDS} s at a time
 
 A config that cannot be used at startup exits 2; one that turns bad later is logged and the last good one kept.
 Failures (API errors, a watch the server ends at once) are retried after a growing, jittered pause of at most 30 s.
 
-With config version 2, deploy label removals and driver handovers wait for GPU work to end
-(or drain it) and for one of the `removal.maxUnavailable` slots, Leases in `removal.namespace`.
+With config version 2 or 3, deploy label removals, driver handovers and MIG relayouts wait for
+GPU work to end (or drain it) and for a slot of the fleet's budget (`removal.maxUnavailable`),
+the ConfigMap gpu-stack-upgrade-budget in `removal.namespace`; with version 3 and
+`driverUpgrade: rolling` the agent also replaces its node's outdated driver pod within it.
 """
 INVENTORY_HELP = f"""environment:
   NODE_NAME        (required) the node this pod runs on, from the downward API
@@ -362,7 +365,7 @@ def _run_label(settings: LabelSettings, clients: Clients) -> int:
     source = _config_source(settings, "label")
     if source is None:
         return EXIT_USAGE
-    core, _, _, coordination = clients()
+    core, _, apps, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
     kube.run_label_loop(
@@ -371,7 +374,7 @@ def _run_label(settings: LabelSettings, clients: Clients) -> int:
         load_config=source.load,
         resync_seconds=settings.resync_seconds,
         log=log_json,
-        reconcile=pacer.Pacer(core, coordination, node_name=settings.node_name, log=log_json),
+        reconcile=pacer.Pacer(core, apps, node_name=settings.node_name, log=log_json),
     )
     return EXIT_OK
 

@@ -10,17 +10,19 @@ and users write ``"false"`` to opt a node out. The rules below therefore only ev
 replace a value someone else chose.
 
 Version 2 of the config adds ``removal``, the pace at which deploy labels may leave nodes; which changes wait for
-it is decided in :mod:`.removal`.
+it is decided in :mod:`.removal`. Version 3 makes it the fleet's one disruption budget (:mod:`.budget`): it adds
+the upgrade's settings to ``removal`` and ``drivers``, each driver DaemonSet's template digest, so that the agent
+upgrades its own node's driver within the budget (:mod:`.upgrade`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SUPPORTED_CONFIG_VERSIONS = (1, 2)
+SUPPORTED_CONFIG_VERSIONS = (1, 2, 3)
 
 POOL_LABEL = "gpu-stack/pool"
 # Names the driver DaemonSet that serves the node (a pool label the Pulumi program sets); the driver DaemonSets
@@ -46,6 +48,9 @@ _LABEL_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _PERCENT_RE = re.compile(r"([0-9]{1,3})%")
+_DIGEST_RE = re.compile(r"[0-9a-f]{8,64}")
+# As the Pulumi program bounds upgrade.drain.podSelector.
+MAX_SELECTOR_LENGTH = 1024
 
 
 class ConfigError(ValueError):
@@ -65,13 +70,24 @@ class Pool:
 
 @dataclass(frozen=True)
 class Removal:
-    """How fast deploy labels may leave nodes: at most ``max_unavailable`` nodes at once (a count, or "N%" of the
-    GPU nodes), sharing that budget through Leases in ``namespace``, where the operands run; ``drain`` evicts GPU
-    work that would otherwise make a node wait."""
+    """The fleet's disruption budget and how a node goes through a change: at most ``max_unavailable`` nodes at
+    once (a count, or "N%" of the GPU nodes with a managed driver) and at most ``max_parallel`` (0: no bound of its
+    own), shared through the budget ConfigMap in ``namespace``, where the operands run. ``drain`` evicts GPU work
+    that would otherwise make a label removal wait. The rest is version 3: ``driver_upgrade`` "rolling" lets the
+    agent replace its node's outdated driver pod (cordon, evict GPU pods with ``gpu_pod_eviction``, delete the pod,
+    wait until the new one is Ready, uncordon); a node not Ready within ``node_ready_timeout_seconds`` stays
+    cordoned and halts the rollout; ``paused`` starts no new node."""
 
     max_unavailable: int | str
     drain: bool
     namespace: str
+    max_parallel: int = 0
+    paused: bool = False
+    driver_upgrade: str = "manual"
+    gpu_pod_eviction: bool = True
+    drain_pod_selector: str = ""
+    drain_timeout_seconds: int = 300
+    node_ready_timeout_seconds: int = 1800
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,8 @@ class Config:
     # None for a version 1 document: its Pulumi program granted the agent no Leases and no pods, so every change
     # is applied at once, as agents before 0.4.0 did.
     removal: Removal | None = None
+    # Version 3: driver DaemonSet name -> the digest of its pod template (its gpu-stack/template-digest annotation).
+    drivers: Mapping[str, str] = field(default_factory=dict)
 
 
 def _shown(value: Any) -> str:
@@ -139,7 +157,21 @@ def _check_label_value(value: str, where: str) -> None:
         raise ConfigError(f"{where} {_shown(value)} is not a valid Kubernetes label value")
 
 
-def _parse_removal(raw: Any) -> Removal:
+def _int_setting(raw: dict, key: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"removal.{key} must be an integer from {low} to {high}, got {_shown(value)}")
+    return value
+
+
+def _bool_setting(raw: dict, key: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"removal.{key} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _parse_removal(raw: Any, version: int) -> Removal:
     if not isinstance(raw, dict):
         raise ConfigError(f"removal must be an object with maxUnavailable, drain and namespace, got {_shown(raw)}")
     budget = raw.get("maxUnavailable")
@@ -158,7 +190,38 @@ def _parse_removal(raw: Any) -> Removal:
     namespace = raw.get("namespace")
     if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.fullmatch(namespace):
         raise ConfigError(f"removal.namespace must be a namespace name (an RFC 1123 label), got {_shown(namespace)}")
-    return Removal(budget, drain, namespace)
+    if version < 3:
+        # Version 2 paced label changes only: driver DaemonSets rolled by themselves.
+        return Removal(budget, drain, namespace)
+    strategy = raw.get("driverUpgrade")
+    if strategy not in ("rolling", "manual"):
+        raise ConfigError(f"removal.driverUpgrade must be rolling or manual, got {_shown(strategy)}")
+    selector = raw.get("drainPodSelector", "")
+    if not isinstance(selector, str) or len(selector) > MAX_SELECTOR_LENGTH:
+        raise ConfigError(f"removal.drainPodSelector must be a label selector of at most {MAX_SELECTOR_LENGTH} "
+                          f"characters, got {_shown(selector)}")
+    return Removal(
+        budget, drain, namespace,
+        max_parallel=_int_setting(raw, "maxParallelUpgrades", 0, 0, 1_000_000),
+        paused=_bool_setting(raw, "paused", False),
+        driver_upgrade=strategy,
+        gpu_pod_eviction=_bool_setting(raw, "gpuPodEviction", True),
+        drain_pod_selector=selector,
+        drain_timeout_seconds=_int_setting(raw, "drainTimeoutSeconds", 300, 0, 86_400),
+        node_ready_timeout_seconds=_int_setting(raw, "nodeReadyTimeoutSeconds", 1800, 60, 86_400),
+    )
+
+
+def _parse_drivers(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or len(raw) > MAX_POOLS:
+        raise ConfigError(f"drivers must be an object of at most {MAX_POOLS} DaemonSet names to template digests, "
+                          f"got {_shown(raw)}")
+    for name, digest in raw.items():
+        if not isinstance(name, str) or len(name) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(name) is None:
+            raise ConfigError(f"drivers: {_shown(name)} is not a DaemonSet name")
+        if not isinstance(digest, str) or _DIGEST_RE.fullmatch(digest) is None:
+            raise ConfigError(f"drivers[{_shown(name)}] must be a template digest (hex), got {_shown(digest)}")
+    return dict(raw)
 
 
 def parse_config(raw: Any) -> Config:
@@ -178,7 +241,8 @@ def parse_config(raw: Any) -> Config:
             "matches the Pulumi program"
         )
     # Required in version 2: without it, the removals version 2 exists to pace would go at full speed.
-    removal = _parse_removal(raw.get("removal")) if version == 2 else None
+    removal = _parse_removal(raw.get("removal"), version) if version >= 2 else None
+    drivers = _parse_drivers(raw.get("drivers", {})) if version >= 3 else {}
 
     gpu_node_labels = _str_list(raw.get("gpuNodeLabels"), "gpuNodeLabels")
     if not gpu_node_labels:
@@ -243,7 +307,7 @@ def parse_config(raw: Any) -> Config:
     if clash:
         raise ConfigError(f"gpuNodeLabels uses labels the agent writes: {clash}")
 
-    return Config(tuple(gpu_node_labels), managed, tuple(pools), removal)
+    return Config(tuple(gpu_node_labels), managed, tuple(pools), removal, drivers)
 
 
 def is_gpu_node(node_labels: Mapping[str, str], config: Config) -> bool:

@@ -3,9 +3,10 @@
 Removing a deploy label pulls an operand (the driver, the device plugin, ...) off the node. When a pool is
 renamed or removed, or loses a component, every node of it would lose its operands in the same second; with
 config version 2 the agent instead paces those removals: at most ``removal.maxUnavailable`` nodes at once (the
-slots of :mod:`.leases`), never from under GPU work unless the upgrade drains. Changing a node's
-``gpu-stack/driver`` label (handing it from one driver DaemonSet to another) and retiring a driver pod whose
-DaemonSet was deleted with orphan propagation go at the same pace.
+slots of :mod:`.budget`), never from under GPU work unless the upgrade drains. Changing a node's
+``gpu-stack/driver`` label (handing it from one driver DaemonSet to another), changing its MIG layout
+(``nvidia.com/mig.config``) and retiring a driver pod whose DaemonSet was deleted with orphan propagation go at the
+same pace, within the same budget as driver upgrades.
 
 This module is pure: nodes and pods are dicts, and :mod:`.pacer` does the requests.
 """
@@ -20,6 +21,11 @@ from . import pods as podinfo
 from .labels import APPLIED_LABELS_ANNOTATION, DRIVER_LABEL, OPERANDS_LABEL, Config, applied_record, desired_patch
 
 DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
+# A pool's MIG layout, and where the MIG manager reports applying it (fact sheet §6.4): a relayout repartitions the
+# node's GPUs, so it waits for a slot and holds it until the MIG manager says success or failed.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_IN_PROGRESS = ("pending", "rebooting")
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 # Log lines name this many pods and count the rest.
 NAMED_PODS = 5
@@ -39,12 +45,24 @@ class Plan:
     # Orphaned driver pods on the node (names in the removal namespace), to be deleted.
     orphans: tuple[str, ...] = ()
     operands_off: bool = False
+    # (old, new) nvidia.com/mig.config that the rest of ``patch`` sets: a relayout of the node's GPUs.
+    mig_change: tuple[str, str] | None = None
 
     @property
     def paced(self) -> bool:
         """Whether something must wait for a slot. The user's operands=false switch never waits: it asks for
         every operand to leave this node now."""
-        return bool(self.removing or self.driver_change or (self.orphans and not self.operands_off))
+        return bool(self.removing or self.driver_change or self.mig_change
+                    or (self.orphans and not self.operands_off))
+
+    @property
+    def reason(self) -> str:
+        """Why the node takes a slot, as the budget records it."""
+        if self.driver_change:
+            return "driver-handover"
+        if self.mig_change and not self.removing:
+            return "mig-relayout"
+        return "label-removal"
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -95,10 +113,18 @@ def plan(node: Mapping[str, Any], config: Config, node_pods: Sequence[Mapping[st
         removing = frozenset(k for k, v in changes.items() if v is None and k in config.managed_deploy_labels)
         if DRIVER_LABEL in changes and labels.get(DRIVER_LABEL):
             driver_change = (labels[DRIVER_LABEL], changes[DRIVER_LABEL])
-    held_back = set(removing) | ({DRIVER_LABEL} if driver_change else set())
+    mig_change = None
+    if not operands_off and changes.get(MIG_CONFIG_LABEL) and labels.get(MIG_CONFIG_LABEL):
+        mig_change = (labels[MIG_CONFIG_LABEL], changes[MIG_CONFIG_LABEL])
+        # Shown at once, as the MIG manager shows it when it starts: otherwise the success of the previous layout
+        # would read as this one's, and the slot would be given back before the GPUs were repartitioned.
+        patch = {**patch, "metadata": {**patch["metadata"],
+                                       "labels": {**changes, MIG_STATE_LABEL: "pending"}}}
+    held_back = (set(removing) | ({DRIVER_LABEL} if driver_change else set())
+                 | ({MIG_CONFIG_LABEL, MIG_STATE_LABEL} if mig_change else set()))
     removes_driver = driver_change is not None and driver_change[1] is None
     immediate = _immediate_part(node, patch, held_back, removes_driver) if held_back else patch
-    return Plan(patch, immediate, removing, driver_change, orphans, operands_off)
+    return Plan(patch, immediate, removing, driver_change, orphans, operands_off, mig_change)
 
 
 def _requests_gpu(pod: Mapping[str, Any]) -> bool:
@@ -113,19 +139,62 @@ def _requests_gpu(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def gpu_work(node_pods: Sequence[Mapping[str, Any]], removal_namespace: str) -> list[Mapping[str, Any]]:
+def gpu_work(node_pods: Sequence[Mapping[str, Any]], removal_namespace: str, *,
+             include_daemonsets: bool = False) -> list[Mapping[str, Any]]:
     """The pods on a node (all namespaces) that a deploy label removal would pull the GPUs from: not finished,
     not the stack's own operands (the removal namespace), asking for an ``nvidia.com/`` resource or holding
-    resource claims. Pods of a DaemonSet, and mirror pods, are left out as ``kubectl drain --ignore-daemonsets``
-    leaves them: evicted, they would come straight back, and a drain would never end."""
+    resource claims. For a drain, pods of a DaemonSet and mirror pods are left out as ``kubectl drain
+    --ignore-daemonsets`` leaves them (evicted, they would come straight back, and a drain would never end); a
+    wait for the work to end (``include_daemonsets``) counts them, since nothing evicts them."""
     return [
         pod for pod in node_pods
         if not podinfo.is_finished(pod)
         and podinfo.metadata(pod).get("namespace") != removal_namespace
-        and podinfo.owner(pod, "DaemonSet") is None
-        and podinfo.owner(pod, "Node") is None
+        and (include_daemonsets or podinfo.owner(pod, "DaemonSet") is None)
+        and (include_daemonsets or podinfo.owner(pod, "Node") is None)
         and _requests_gpu(pod)
     ]
+
+
+def selected(pod: Mapping[str, Any], selector: str) -> bool:
+    """Whether ``pod``'s labels match ``selector`` (as `kubectl drain --pod-selector` reads it: comma-separated
+    ``k``, ``!k``, ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``); an empty selector selects all."""
+    pod_labels = podinfo.metadata(pod).get("labels") or {}
+    terms, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    terms.append(current)
+    for term in (t.strip() for t in terms):
+        if not term:
+            continue
+        for op in (" notin ", " in "):
+            if op in term:
+                key, _, values = term.partition(op)
+                wanted = {v.strip() for v in values.strip().strip("()").split(",")}
+                inside = pod_labels.get(key.strip()) in wanted
+                if inside != (op == " in "):
+                    return False
+                break
+        else:
+            if "!=" in term:
+                key, _, value = term.partition("!=")
+                if pod_labels.get(key.strip()) == value.strip():
+                    return False
+            elif "=" in term:
+                key, _, value = term.replace("==", "=").partition("=")
+                if pod_labels.get(key.strip()) != value.strip():
+                    return False
+            elif term.startswith("!"):
+                if term[1:].strip() in pod_labels:
+                    return False
+            elif term not in pod_labels:
+                return False
+    return True
 
 
 def named_pods(pod_list: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -171,6 +240,9 @@ def hold_reasons(node_labels: Mapping[str, str], node_pods: Sequence[Mapping[str
             reasons.append(f"{name} is an orphaned driver pod")
         elif podinfo.is_driver_pod(pod) and driver and owner != driver:
             reasons.append(f"{name} is a driver pod of DaemonSet {owner}, not {driver}")
+    if node_labels.get(MIG_STATE_LABEL) in MIG_IN_PROGRESS:
+        reasons.append(f"the MIG manager is applying {node_labels.get(MIG_CONFIG_LABEL)} "
+                       f"({MIG_STATE_LABEL}={node_labels.get(MIG_STATE_LABEL)})")
     if driver and node_labels.get(DRIVER_DEPLOY_LABEL) == "true" and not any(
         podinfo.is_driver_pod(p) and podinfo.owner(p, "DaemonSet") == driver and podinfo.is_ready(p)
         for p in node_pods

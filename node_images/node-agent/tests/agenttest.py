@@ -98,12 +98,15 @@ def operand_pod(name: str, node: str, component: str) -> dict[str, Any]:
                node_selector={f"nvidia.com/gpu.deploy.{component}": "true"})
 
 
-def driver_pod(name: str, node: str, daemonset: str | None, *, ready: bool = True) -> dict[str, Any]:
-    """A driver pod as components/states/driver.py renders it; `daemonset` None: orphaned, its DaemonSet deleted."""
+def driver_pod(name: str, node: str, daemonset: str | None, *, ready: bool = True,
+               revision: str | None = None) -> dict[str, Any]:
+    """A driver pod as components/states/driver.py renders it; `daemonset` None: orphaned, its DaemonSet deleted;
+    `revision` its controller-revision-hash."""
+    pod_labels = {"app": daemonset or "nvidia-driver-daemonset-gone", "app.kubernetes.io/component": "nvidia-driver"}
+    if revision is not None:
+        pod_labels["controller-revision-hash"] = revision
     return pod(name, node, ready=ready, owner=("DaemonSet", daemonset) if daemonset else None,
-               labels={"app": daemonset or "nvidia-driver-daemonset-gone",
-                       "app.kubernetes.io/component": "nvidia-driver"},
-               node_selector={"nvidia.com/gpu.deploy.driver": "true"})
+               labels=pod_labels, node_selector={"nvidia.com/gpu.deploy.driver": "true"})
 
 
 def gpu_job_pod(name: str, node: str, namespace: str = "ml-team") -> dict[str, Any]:
@@ -141,7 +144,8 @@ def _api_error(status: int, reason: str) -> ApiException:
 def _matches(labels: dict[str, str], selector: str | None) -> bool:
     if not selector:
         return True
-    return all(labels.get(key) == value for key, _, value in (term.partition("=") for term in selector.split(",")))
+    return all(labels.get(key) == value if equals else key in labels
+               for key, equals, value in (term.partition("=") for term in selector.split(",")))
 
 
 class FakeCluster:
@@ -156,6 +160,13 @@ class FakeCluster:
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = [copy.deepcopy(p) for p in pods]
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.daemonsets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.revisions: list[dict[str, Any]] = []
+        # Methods whose next calls are applied and then answer 500, as when the response is lost on the way back.
+        self._lost: dict[str, int] = {}
+        self.calls: list[str] = []
+        self.on_change: Callable[[], None] = lambda: None
         self.blocked: set[str] = set()
         self.evicted: list[str] = []
         self.deleted: list[str] = []
@@ -163,9 +174,12 @@ class FakeCluster:
         self._version = itertools.count(1000)
         self.core = fake_api()
         self.coordination = fake_api()
+        self.apps = fake_api()
         for api, names in ((self.core, ("read_node", "patch_node", "list_node", "list_namespaced_pod",
                                         "list_pod_for_all_namespaces", "create_namespaced_pod_eviction",
-                                        "delete_namespaced_pod")),
+                                        "delete_namespaced_pod", "read_namespaced_config_map",
+                                        "create_namespaced_config_map", "replace_namespaced_config_map")),
+                           (self.apps, ("read_namespaced_daemon_set", "list_namespaced_controller_revision")),
                            (self.coordination, ("read_namespaced_lease", "create_namespaced_lease",
                                                 "replace_namespaced_lease", "delete_namespaced_lease"))):
             for name in names:
@@ -175,6 +189,44 @@ class FakeCluster:
 
     def fail(self, method: str, *errors: BaseException) -> None:
         self._failures.setdefault(method, []).extend(errors)
+
+    def lose_response(self, method: str, times: int = 1) -> None:
+        """The next `times` calls of `method` are carried out, but the caller gets a 500 instead of the answer."""
+        self._lost[method] = self._lost.get(method, 0) + times
+
+    def budget(self, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+        return self.config_maps.get((namespace, "gpu-stack-upgrade-budget"))
+
+    def holders(self, namespace: str = NAMESPACE) -> set[str]:
+        return set(((self.budget(namespace) or {}).get("data") or {}))
+
+    def put_daemonset(self, name: str, digest: str, revision: str, *, namespace: str = NAMESPACE,
+                      observed: bool = True) -> None:
+        """A driver DaemonSet whose template (digest) is at `revision`: generation, ControllerRevision and all."""
+        current = self.daemonsets.get((namespace, name))
+        generation = int((current or {}).get("metadata", {}).get("generation", 0)) + 1
+        self.daemonsets[(namespace, name)] = {
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": namespace, "generation": generation,
+                         "annotations": {"gpu-stack/template-digest": digest}},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "nvidia-driver-ctr", "image": f"driver:{revision}"}]}}},
+            "status": {"observedGeneration": generation if observed else generation - 1, "currentNumberScheduled": 0,
+                       "desiredNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0},
+        }
+        number = 1 + max((int(r["revision"]) for r in self.revisions
+                          if r["metadata"]["ownerReferences"][0]["name"] == name), default=0)
+        self.revisions.append({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": number, "data": {"spec": {"template": {"$patch": "replace"}}},
+                               "metadata": {"name": f"{name}-{revision}", "namespace": namespace,
+                                            "labels": {"app": name, "controller-revision-hash": revision},
+                                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                                                 "name": name, "uid": f"uid-{name}",
+                                                                 "controller": True}]}})
+
+    def revision_of(self, name: str) -> str:
+        owned = [r for r in self.revisions if r["metadata"]["ownerReferences"][0]["name"] == name]
+        return max(owned, key=lambda r: r["revision"])["metadata"]["labels"]["controller-revision-hash"]
 
     def add(self, *new_pods: dict[str, Any]) -> None:
         self.pods += [copy.deepcopy(p) for p in new_pods]
@@ -204,10 +256,17 @@ class FakeCluster:
 
     def _failing(self, method: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(method)
             queue = self._failures.get(method)
             if queue:
                 raise queue.pop(0)
-            return handler(*args, **kwargs)
+            answer = handler(*args, **kwargs)
+            if not method.startswith(("read_", "list_")):
+                self.on_change()
+            if self._lost.get(method):
+                self._lost[method] -= 1
+                raise _api_error(500, "response lost")
+            return answer
         return call
 
     def _read_node(self, name: str, _request_timeout: float) -> Any:
@@ -233,8 +292,18 @@ class FakeCluster:
         node["metadata"]["resourceVersion"] = str(next(self._version))
         return model(node, "V1Node")
 
-    def _list_node(self, label_selector: str, _request_timeout: float) -> Any:
-        items = [n for n in self.nodes.values() if _matches(n["metadata"].get("labels") or {}, label_selector)]
+    def _list_node(self, label_selector: str, _request_timeout: float, _headers: dict | None = None,
+                   _preload_content: bool = True, limit: int | None = None, _continue: str | None = None) -> Any:
+        items = sorted((n for n in self.nodes.values() if _matches(n["metadata"].get("labels") or {}, label_selector)),
+                       key=lambda n: n["metadata"]["name"])
+        if limit is not None:
+            items = items[:limit]
+        if _headers and "PartialObjectMetadataList" in _headers.get("Accept", ""):
+            assert _preload_content is False
+            body = {"kind": "PartialObjectMetadataList", "metadata": {},
+                    "items": [{"metadata": {"name": n["metadata"]["name"],
+                                            "labels": n["metadata"].get("labels") or {}}} for n in items]}
+            return mock.Mock(data=json.dumps(body).encode())
         return model({"items": items}, "V1NodeList")
 
     def _pods_matching(self, namespace: str | None, label_selector: str | None, field_selector: str | None) -> Any:
@@ -251,7 +320,47 @@ class FakeCluster:
 
     def _list_pod_for_all_namespaces(self, field_selector: str | None = None, label_selector: str | None = None,
                                      _request_timeout: float = 0) -> Any:
-        return self._pods_matching(None, label_selector, field_selector)
+        listed = self._pods_matching(None, label_selector, field_selector)
+        listed.metadata = client.V1ListMeta(resource_version=str(next(self._version)))
+        return listed
+
+    # --- the budget ConfigMap, DaemonSets and their revisions ---
+
+    def _read_namespaced_config_map(self, name: str, namespace: str, _request_timeout: float) -> Any:
+        if (namespace, name) not in self.config_maps:
+            raise _api_error(404, "Not Found")
+        return model(self.config_maps[(namespace, name)], "V1ConfigMap")
+
+    def _create_namespaced_config_map(self, namespace: str, body: dict[str, Any], _request_timeout: float) -> Any:
+        if (namespace, body["metadata"]["name"]) in self.config_maps:
+            raise _api_error(409, "AlreadyExists")
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(next(self._version))
+        self.config_maps[(namespace, body["metadata"]["name"])] = stored
+        return model(stored, "V1ConfigMap")
+
+    def _replace_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any],
+                                       _request_timeout: float) -> Any:
+        current = self.config_maps.get((namespace, name))
+        if current is None:
+            raise _api_error(404, "Not Found")
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise _api_error(409, "Conflict")
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(next(self._version))
+        self.config_maps[(namespace, name)] = stored
+        return model(stored, "V1ConfigMap")
+
+    def _read_namespaced_daemon_set(self, name: str, namespace: str, _request_timeout: float) -> Any:
+        if (namespace, name) not in self.daemonsets:
+            raise _api_error(404, "Not Found")
+        return model(self.daemonsets[(namespace, name)], "V1DaemonSet")
+
+    def _list_namespaced_controller_revision(self, namespace: str, label_selector: str,
+                                             _request_timeout: float) -> Any:
+        items = [r for r in self.revisions if r["metadata"]["namespace"] == namespace
+                 and _matches(r["metadata"]["labels"], label_selector)]
+        return model({"items": items}, "V1ControllerRevisionList")
 
     def _find_pod(self, name: str, namespace: str) -> dict[str, Any]:
         for candidate in self.pods:

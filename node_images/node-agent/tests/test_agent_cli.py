@@ -123,7 +123,7 @@ def test_read_config_accepts_the_pulumi_output(tmp_path, pool_config):
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "cannot read node-pools config"), ("{not json", "cannot read node-pools config"),
-     ('{"version": 3}', "unsupported node-pools config version 3")],
+     ('{"version": 4}', "unsupported node-pools config version 4")],
 )
 def test_read_config_failures_are_config_errors(tmp_path, content, message):
     path = tmp_path / "node-pools.json"
@@ -350,7 +350,7 @@ def test_wait_validated_leaves_its_verdict_as_the_termination_message(load_fixtu
     assert result["missingNodes"] == [{"pool": "h100", "expected": 1, "validated": 0}]
 
 
-def test_label_paces_removals_through_the_coordination_client(tmp_path, paced_config, load_fixture, capsys):
+def test_label_paces_removals_through_the_budget_config_map(tmp_path, paced_config, load_fixture, capsys):
     from agenttest import FakeCluster
 
     config_file = tmp_path / "node-pools.json"
@@ -358,15 +358,15 @@ def test_label_paces_removals_through_the_coordination_client(tmp_path, paced_co
     config_file.write_text(json.dumps(paced_config))
     node = load_fixture("node-a100-labelled")
     cluster = FakeCluster([node])
-    # A Role without Leases: the agent must say so and stop, not retry for ever.
-    cluster.fail("create_namespaced_lease", ApiException(status=403, reason="Forbidden"))
+    # A Role without the budget ConfigMap: the agent must say so and stop, not retry for ever.
+    cluster.fail("create_namespaced_config_map", ApiException(status=403, reason="Forbidden"))
 
     code = cli.main(["label"], {"NODE_NAME": node["metadata"]["name"], "CONFIG_FILE": str(config_file)},
-                    clients=clients_of(cluster.core, None, None, cluster.coordination))
+                    clients=clients_of(cluster.core, None, cluster.apps, None))
 
     assert code == 1
     assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
-    assert cluster.coordination.create_namespaced_lease.call_args.kwargs["namespace"] == "gpu-operator"
+    assert cluster.core.create_namespaced_config_map.call_args.kwargs["namespace"] == "gpu-operator"
     node_labels = cluster.node_labels(node["metadata"]["name"])
     assert node_labels["nvidia.com/gpu.deploy.dcgm"] == "true"
     # What needed no slot was applied before.

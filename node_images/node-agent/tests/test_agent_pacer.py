@@ -73,7 +73,9 @@ class Agent:
         self.cluster = cluster
         self.node = node
         self.log = Recorder()
-        self.pacer = Pacer(cluster.core, cluster.coordination, node_name=node, log=self.log, now=clock)
+        self.seconds = 0.0
+        self.pacer = Pacer(cluster.core, cluster.apps, node_name=node, log=self.log, now=clock,
+                           clock=lambda: self.seconds, rng=lambda: 0.5)
 
     def reconcile(self, config: dict[str, Any]) -> bool:
         return self.pacer(kube.get_node(self.cluster.core, self.node), config)
@@ -85,15 +87,22 @@ class Agent:
         return [r for r in self.log.records if r["event"] == event][-1]
 
 
-def lease_holder(cluster: FakeCluster, name: str = "gpu-stack-removal-0") -> str | None:
-    lease = cluster.lease(name)
-    return None if lease is None else lease["spec"]["holderIdentity"]
+def holders(cluster: FakeCluster) -> set[str]:
+    return cluster.holders()
+
+
+def version3(config: dict[str, Any], **removal: Any) -> dict[str, Any]:
+    config = copy.deepcopy(config)
+    config["version"] = 3
+    config["removal"].update({"driverUpgrade": "rolling", "gpuPodEviction": True, **removal})
+    config["drivers"] = {A100_DRIVER: "aaaa0002"}
+    return config
 
 
 # --- GPU work ------------------------------------------------------------------------------------------------
 
 
-def test_a_removal_waits_while_gpu_work_runs_on_the_node(load_fixture, paced_config, clock):
+def test_a_removal_waits_while_gpu_work_runs_on_the_node_without_taking_a_slot(load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)],
                           [gpu_job_pod("train-0", NODE), operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
     agent = Agent(cluster, NODE, clock)
@@ -103,20 +112,27 @@ def test_a_removal_waits_while_gpu_work_runs_on_the_node(load_fixture, paced_con
     assert agent.reconcile(config) is False
 
     assert cluster.node_labels(NODE)[EXPORTER] == "true"
-    assert cluster.leases == {}
+    assert cluster.budget() is None
     # Said once, not on every pass.
     assert agent.events() == ["removal-waiting"]
-    assert agent.last("removal-waiting") == {
-        "level": "warning", "event": "removal-waiting", "node": NODE, "reason": "gpu work on the node",
-        "drain": False, "labels": [EXPORTER], "pods": ["ml-team/train-0"], "podCount": 1,
-    }
+    assert agent.last("removal-waiting")["pods"] == ["ml-team/train-0"]
 
     cluster.pods[0] = finished(cluster.pods[0])
     assert agent.reconcile(config) is True
 
     assert EXPORTER not in cluster.node_labels(NODE)
-    assert agent.events()[1:] == ["removal-slot-acquired", "labels-changed", "removal-holding"]
+    assert holders(cluster) == {NODE}
     assert agent.last("labels-changed")["paced"] is True
+
+
+def test_a_daemonset_pod_holding_gpus_also_makes_a_removal_wait(load_fixture, paced_config, clock):
+    holder = gpu_job_pod("render-farm-x", NODE)
+    holder["metadata"]["ownerReferences"][0]["kind"] = "DaemonSet"
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)], [holder])
+    agent = Agent(cluster, NODE, clock)
+
+    assert agent.reconcile(without_exporter(paced_config)) is False
+    assert cluster.node_labels(NODE)[EXPORTER] == "true" and cluster.budget() is None
 
 
 def test_the_slot_is_held_until_the_operand_pods_are_gone_then_released(load_fixture, paced_config, clock):
@@ -126,61 +142,85 @@ def test_the_slot_is_held_until_the_operand_pods_are_gone_then_released(load_fix
     config = without_exporter(paced_config)
 
     assert agent.reconcile(config) is True
-    acquired = cluster.lease("gpu-stack-removal-0")
-    assert acquired["spec"]["holderIdentity"] == NODE
-    assert agent.last("removal-holding")["waitingFor"] == [
+    assert holders(cluster) == {NODE}
+    assert agent.last("slot-holding")["waitingFor"] == [
         "nvidia-dcgm-exporter-x is leaving (node selector needs nvidia.com/gpu.deploy.dcgm-exporter)"]
-
-    clock.advance(10)
-    assert agent.reconcile(config) is True
-    renewed = cluster.lease("gpu-stack-removal-0")
-    assert renewed["spec"]["renewTime"] == "2025-06-02T10:00:10.000000Z"
-    assert renewed["spec"]["acquireTime"] == acquired["spec"]["acquireTime"]
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "change-in-progress"
 
     cluster.remove("nvidia-dcgm-exporter-x")
     assert agent.reconcile(config) is False
-    assert cluster.leases == {}
-    assert agent.events()[-1] == "removal-released"
+    assert holders(cluster) == set()
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "upgrade-done"
+    assert agent.events()[-1] == "slot-released"
 
 
 # --- drain ---------------------------------------------------------------------------------------------------
 
 
-def test_drain_evicts_the_gpu_work_holding_a_slot_and_removes_once_it_is_gone(load_fixture, paced_config, clock):
+def test_a_drain_cordons_first_evicts_each_pod_once_and_uncordons(load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
     agent = Agent(cluster, NODE, clock)
     config = without_exporter(paced_config, drain=True)
 
     assert agent.reconcile(config) is True
+    assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
+    assert cluster.nodes[NODE]["metadata"]["annotations"]["gpu-stack/cordoned-by"] == "node-agent"
     assert cluster.evicted == ["ml-team/train-0"]
-    assert lease_holder(cluster) == NODE
     assert cluster.node_labels(NODE)[EXPORTER] == "true"
 
     # Evicted but still terminating: not evicted again, and the labels still wait.
     assert agent.reconcile(config) is True
     assert cluster.evicted == ["ml-team/train-0"]
-    assert cluster.node_labels(NODE)[EXPORTER] == "true"
 
     cluster.settle()
     assert agent.reconcile(config) is False
     assert EXPORTER not in cluster.node_labels(NODE)
-    assert agent.events() == ["removal-slot-acquired", "removal-draining", "labels-changed", "removal-released"]
+    assert "unschedulable" not in cluster.nodes[NODE]["spec"]
+    assert "gpu-stack/cordoned-by" not in cluster.nodes[NODE]["metadata"]["annotations"]
 
 
-def test_an_eviction_a_disruption_budget_blocks_is_asked_again_next_pass(load_fixture, paced_config, clock):
+def test_a_drain_leaves_pods_its_selector_does_not_select(load_fixture, paced_config, clock):
+    keep = gpu_job_pod("never-drain", NODE)
+    keep["metadata"]["labels"] = {"gpu-stack.io/drain": "never"}
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE), keep])
+    agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config, drain=True)
+    config["version"] = 3
+    config["removal"].update(driverUpgrade="manual", drainPodSelector="gpu-stack.io/drain!=never")
+
+    agent.reconcile(config)
+    assert cluster.evicted == ["ml-team/train-0"]
+
+
+def test_a_cordon_someone_else_set_is_never_lifted(load_fixture, paced_config, clock):
+    node = a100_node(load_fixture, paced_config)
+    node["spec"]["unschedulable"] = True  # an operator repairing the node
+    cluster = FakeCluster([node], [gpu_job_pod("train-0", NODE)])
+    agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config, drain=True)
+
+    agent.reconcile(config)
+    cluster.settle()
+    assert agent.reconcile(config) is False
+    assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
+
+
+def test_an_eviction_a_disruption_budget_blocks_is_asked_again_then_fails_at_the_drain_timeout(
+        load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
     cluster.blocked.add("ml-team/train-0")
     agent = Agent(cluster, NODE, clock)
     config = without_exporter(paced_config, drain=True)
+    config["version"] = 3
+    config["removal"].update(driverUpgrade="manual", drainTimeoutSeconds=300)
 
     assert agent.reconcile(config) is True
     assert cluster.evicted == []
-    assert agent.last("removal-eviction-blocked") == {
-        "level": "warning", "event": "removal-eviction-blocked", "node": NODE, "pod": "ml-team/train-0", "status": 429}
-
-    cluster.blocked.clear()
+    assert agent.last("eviction-blocked")["pod"] == "ml-team/train-0"
+    agent.seconds = 301
     agent.reconcile(config)
-    assert cluster.evicted == ["ml-team/train-0"]
+    assert "failed" in cluster.budget()["data"][NODE]
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "upgrade-failed"
 
 
 # --- the shared budget ---------------------------------------------------------------------------------------
@@ -199,18 +239,40 @@ def test_with_a_budget_of_one_the_second_node_waits_for_the_first(load_fixture, 
 
     assert EXPORTER not in cluster.node_labels(NODE)
     assert cluster.node_labels(SECOND)[EXPORTER] == "true"
-    assert second.last("removal-waiting") == {
-        "level": "warning", "event": "removal-waiting", "node": SECOND, "reason": "every removal slot is held",
-        "budget": 1, "holders": [NODE]}
+    assert cluster.node_labels(SECOND)["gpu-stack/upgrade-state"] == "upgrade-required"
+    assert second.last("slot-waiting")["why"] == "full"
 
     cluster.remove("nvidia-dcgm-exporter-a")
     assert first.reconcile(config) is False
+    # The first node woke the second: its watch sees the annotation, so it reads the budget before its poll.
+    assert "gpu-stack/upgrade-wake" in cluster.nodes[SECOND]["metadata"]["annotations"]
     assert second.reconcile(config) is True
     assert EXPORTER not in cluster.node_labels(SECOND)
-    assert lease_holder(cluster) == SECOND
+    assert holders(cluster) == {SECOND}
 
 
-def test_a_percentage_budget_is_resolved_against_the_gpu_nodes(load_fixture, paced_config, clock):
+def test_a_waiting_node_reads_nothing_on_its_nodes_events_until_its_poll(load_fixture, paced_config, clock):
+    cluster = FakeCluster(
+        [a100_node(load_fixture, paced_config, NODE), a100_node(load_fixture, paced_config, SECOND)],
+        [operand_pod("nvidia-dcgm-exporter-a", NODE, "dcgm-exporter"),
+         operand_pod("nvidia-dcgm-exporter-b", SECOND, "dcgm-exporter")])
+    first, second = Agent(cluster, NODE, clock), Agent(cluster, SECOND, clock)
+    config = without_exporter(paced_config)
+    first.reconcile(config)
+    second.reconcile(config)
+    reads = cluster.calls.count("read_namespaced_config_map")
+
+    for _ in range(5):  # the kubelet's status updates, say
+        second.reconcile(config)
+    assert cluster.calls.count("read_namespaced_config_map") == reads
+
+    second.seconds += 3600
+    second.reconcile(config)
+    assert cluster.calls.count("read_namespaced_config_map") == reads + 1
+
+
+def test_a_percentage_budget_is_resolved_against_the_managed_driver_nodes_by_metadata(load_fixture, paced_config,
+                                                                                      clock):
     names = (NODE, SECOND, THIRD)
     cluster = FakeCluster([a100_node(load_fixture, paced_config, n) for n in names],
                           [operand_pod(f"nvidia-dcgm-exporter-{i}", n, "dcgm-exporter") for i, n in enumerate(names)])
@@ -219,69 +281,147 @@ def test_a_percentage_budget_is_resolved_against_the_gpu_nodes(load_fixture, pac
 
     assert [agent.reconcile(config) for agent in agents] == [True, True, False]
 
-    # 50% of 3 GPU nodes, rounded up.
-    assert [lease_holder(cluster, f"gpu-stack-removal-{i}") for i in range(3)] == [NODE, SECOND, None]
-    assert agents[2].last("removal-waiting")["budget"] == 2
-    assert cluster.core.list_node.call_args.kwargs["label_selector"] == "nvidia.com/gpu.present=true"
+    # 50% of 3 nodes with a managed driver, rounded up.
+    assert holders(cluster) == {NODE, SECOND}
+    assert cluster.budget()["metadata"]["annotations"]["gpu-stack/gpu-nodes"] == "3"
+    listed = cluster.core.list_node.call_args.kwargs
+    assert listed["label_selector"] == "gpu-stack/driver" and "PartialObjectMetadataList" in listed["_headers"]["Accept"]
 
 
-def test_an_expired_slot_is_taken_over(load_fixture, paced_config, clock):
+def test_a_lost_answer_to_taking_a_slot_is_found_by_the_next_read(load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)],
                           [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
-    # Its holder stopped renewing ten minutes ago: the node is gone.
-    cluster.put_lease("gpu-stack-removal-0", "ip-10-0-99-9.ec2.internal", "2025-06-02T09:50:00.000000Z")
+    cluster.lose_response("create_namespaced_config_map")
     agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config)
 
-    agent.reconcile(without_exporter(paced_config))
-
-    lease = cluster.lease("gpu-stack-removal-0")
-    assert lease["spec"]["holderIdentity"] == NODE
-    assert lease["spec"]["leaseTransitions"] == 1
-    assert agent.last("removal-slot-acquired")["action"] == "take-over"
+    with pytest.raises(ApiException):
+        agent.reconcile(config)
+    assert holders(cluster) == {NODE}
+    assert agent.reconcile(config) is True
     assert EXPORTER not in cluster.node_labels(NODE)
 
 
-def test_a_slot_another_node_created_first_sends_this_one_to_the_next(load_fixture, paced_config, clock):
+def test_a_lost_answer_to_giving_a_slot_back_leaves_no_slot_behind(load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)],
                           [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
-    cluster.fail("create_namespaced_lease", ApiException(status=409, reason="AlreadyExists"))
+    agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config)
+    agent.reconcile(config)
+    cluster.remove("nvidia-dcgm-exporter-x")
+    cluster.lose_response("replace_namespaced_config_map")
+
+    with pytest.raises(ApiException):
+        agent.reconcile(config)
+    assert holders(cluster) == set()
+    assert agent.reconcile(config) is False
+
+
+def test_a_race_lost_to_another_node_is_a_wait_not_an_error(load_fixture, paced_config, clock):
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)],
+                          [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
+    cluster.fail("create_namespaced_config_map", ApiException(status=409, reason="AlreadyExists"))
     agent = Agent(cluster, NODE, clock)
 
-    assert agent.reconcile(without_exporter(paced_config, maxUnavailable=2)) is True
-
-    assert lease_holder(cluster, "gpu-stack-removal-1") == NODE
-    assert cluster.lease("gpu-stack-removal-0") is None
+    assert agent.reconcile(without_exporter(paced_config)) is False
+    assert cluster.node_labels(NODE)[EXPORTER] == "true"
 
 
 def test_a_restarted_agent_carries_on_with_the_slot_it_held(load_fixture, paced_config, clock):
     node = a100_node(load_fixture, paced_config)
     del node["metadata"]["labels"][EXPORTER]  # removed before the restart; its pod is still leaving
     cluster = FakeCluster([node], [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
-    cluster.put_lease("gpu-stack-removal-0", NODE, "2025-06-02T09:59:30.000000Z")
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
+        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
+        "data": {NODE: '{"reason":"label-removal","since":"2025-06-02T09:59:30Z"}'}}
     agent = Agent(cluster, NODE, clock)
     config = without_exporter(paced_config)
 
     assert agent.reconcile(config) is True
-    assert agent.events() == ["removal-slot-resumed", "removal-holding"]
-    assert cluster.lease("gpu-stack-removal-0")["spec"]["renewTime"] == "2025-06-02T10:00:00.000000Z"
+    assert agent.events()[0] == "slot-resumed"
 
     cluster.remove("nvidia-dcgm-exporter-x")
     assert agent.reconcile(config) is False
-    assert cluster.leases == {}
+    assert holders(cluster) == set()
 
 
-def test_a_slot_another_node_took_over_is_given_up(load_fixture, paced_config, clock):
-    cluster = FakeCluster([a100_node(load_fixture, paced_config)],
-                          [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
+def test_a_restarted_agent_gives_back_a_slot_its_finished_change_left(load_fixture, paced_config, clock):
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)])
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
+        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
+        "data": {NODE: '{"reason":"label-removal","since":"2025-06-02T09:59:30Z"}'}}
     agent = Agent(cluster, NODE, clock)
-    config = without_exporter(paced_config)
-    agent.reconcile(config)
 
-    cluster.put_lease("gpu-stack-removal-0", SECOND, "2025-06-02T10:00:05.000000Z")
+    assert agent.reconcile(paced_config) is False
+    assert holders(cluster) == set()
+
+
+# --- driver upgrades -----------------------------------------------------------------------------------------
+
+
+def upgrade_cluster(load_fixture: Any, config: dict[str, Any], *, job: bool = True) -> FakeCluster:
+    cluster = FakeCluster([driver_deployed(a100_node(load_fixture, config))],
+                          [driver_pod("driver-old", NODE, A100_DRIVER, revision="rev1"),
+                           *([gpu_job_pod("train-0", NODE)] if job else [])])
+    cluster.put_daemonset(A100_DRIVER, "aaaa0001", "rev1")
+    return cluster
+
+
+def test_an_outdated_driver_is_replaced_on_a_cordoned_node_and_the_node_uncordoned_once_ready(
+        load_fixture, paced_config, clock):
+    config = version3(paced_config)
+    cluster = upgrade_cluster(load_fixture, config)
+    agent = Agent(cluster, NODE, clock)
+    assert agent.reconcile(config) is False, "the DaemonSet does not carry the config's digest yet"
+    assert cluster.budget() is None
+
+    cluster.put_daemonset(A100_DRIVER, "aaaa0002", "rev2")
+    agent.seconds += 31
+    assert agent.reconcile(config) is True
+    node = cluster.nodes[NODE]
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["nvidia.com/gpu-driver-upgrade-enabled"] == "true"
+    assert cluster.evicted == ["ml-team/train-0"] and cluster.deleted == []
+
+    cluster.settle()
+    agent.reconcile(config)
+    assert cluster.deleted == ["gpu-operator/driver-old"]
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "pod-restart-required"
+
+    cluster.settle()
+    cluster.add(driver_pod("driver-new", NODE, A100_DRIVER, revision="rev2", ready=False))
+    assert agent.reconcile(config) is True
+    cluster.remove("driver-new")
+    cluster.add(driver_pod("driver-new", NODE, A100_DRIVER, revision="rev2", ready=True))
+    assert agent.reconcile(config) is False
+    node = cluster.nodes[NODE]
+    assert "unschedulable" not in node["spec"]
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "upgrade-done"
+    assert "nvidia.com/gpu-driver-upgrade-enabled" not in node["metadata"]["annotations"]
+    assert holders(cluster) == set()
+
+
+def test_a_manual_upgrade_never_deletes_a_driver_pod(load_fixture, paced_config, clock):
+    config = version3(paced_config, driverUpgrade="manual")
+    cluster = upgrade_cluster(load_fixture, config)
+    cluster.put_daemonset(A100_DRIVER, "aaaa0002", "rev2")
+    agent = Agent(cluster, NODE, clock)
 
     assert agent.reconcile(config) is False
-    assert agent.last("removal-slot-lost")["holder"] == SECOND
-    assert lease_holder(cluster) == SECOND
+    assert cluster.deleted == [] and cluster.evicted == [] and cluster.budget() is None
+
+
+def test_without_eviction_the_upgrade_waits_for_the_gpu_work_to_end(load_fixture, paced_config, clock):
+    config = version3(paced_config, gpuPodEviction=False)
+    cluster = upgrade_cluster(load_fixture, config)
+    cluster.put_daemonset(A100_DRIVER, "aaaa0002", "rev2")
+    agent = Agent(cluster, NODE, clock)
+
+    assert agent.reconcile(config) is True
+    assert cluster.evicted == [] and cluster.deleted == []
+    cluster.pods[1] = finished(cluster.pods[1])
+    agent.reconcile(config)
+    assert cluster.deleted == ["gpu-operator/driver-old"]
 
 
 # --- what is not paced ---------------------------------------------------------------------------------------
@@ -297,9 +437,7 @@ def test_the_users_operands_switch_removes_every_deploy_label_at_once(load_fixtu
 
     assert not [key for key in cluster.node_labels(NODE) if key.startswith("nvidia.com/gpu.deploy.")
                 and key != "nvidia.com/gpu.deploy.operands"]
-    assert agent.events() == ["labels-changed"]
-    cluster.coordination.read_namespaced_lease.assert_not_called()
-    cluster.core.list_pod_for_all_namespaces.assert_not_called()
+    assert cluster.budget() is None and cluster.evicted == []
 
 
 def test_a_version_1_config_changes_everything_at_once(load_fixture, pool_config, clock):
@@ -313,7 +451,7 @@ def test_a_version_1_config_changes_everything_at_once(load_fixture, pool_config
     assert EXPORTER not in cluster.node_labels(NODE)
     assert agent.events() == ["labels-changed"]
     cluster.core.list_namespaced_pod.assert_not_called()
-    cluster.coordination.read_namespaced_lease.assert_not_called()
+    cluster.core.read_namespaced_config_map.assert_not_called()
 
 
 def test_the_first_driver_label_is_added_at_once(load_fixture, pool_config, paced_config, clock):
@@ -325,7 +463,7 @@ def test_the_first_driver_label_is_added_at_once(load_fixture, pool_config, pace
     assert agent.reconcile(paced_config) is False
 
     assert cluster.node_labels(NODE)["gpu-stack/driver"] == A100_DRIVER
-    assert cluster.leases == {} and cluster.deleted == []
+    assert cluster.budget() is None and cluster.deleted == []
 
 
 # --- driver handover -----------------------------------------------------------------------------------------
@@ -346,18 +484,17 @@ def test_an_orphaned_driver_pod_is_handed_over_to_the_nodes_daemonset_at_the_pac
 
     assert agent.reconcile(paced_config) is True
     assert cluster.deleted == ["gpu-operator/nvidia-driver-old-x7k2p"]
-    assert agent.last("removal-slot-acquired")["orphanedDriverPods"] == ["nvidia-driver-old-x7k2p"]
 
     cluster.settle()
     cluster.add(driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, A100_DRIVER, ready=False))
     assert agent.reconcile(paced_config) is True
-    assert agent.last("removal-holding")["waitingFor"] == [
+    assert agent.last("slot-holding")["waitingFor"] == [
         "no Ready driver pod of DaemonSet nvidia-driver-daemonset-a100 yet"]
 
     cluster.remove("nvidia-driver-daemonset-a100-abcde")
     cluster.add(driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, A100_DRIVER, ready=True))
     assert agent.reconcile(paced_config) is False
-    assert cluster.leases == {}
+    assert holders(cluster) == set()
     assert cluster.deleted == ["gpu-operator/nvidia-driver-old-x7k2p"]
 
 
@@ -365,7 +502,10 @@ def test_a_changed_driver_label_hands_the_node_over_once_the_new_driver_is_ready
                                                                                  clock):
     cluster = FakeCluster([driver_deployed(a100_node(load_fixture, paced_config))],
                           [driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, None)])  # A, deleted by the rename
-    cluster.put_lease("gpu-stack-removal-0", SECOND, "2025-06-02T09:59:50.000000Z")
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
+        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
+        "data": {SECOND: '{"reason":"driver-upgrade"}'}}
+    cluster.nodes[SECOND] = renamed(cluster.nodes[NODE], SECOND)
     agent = Agent(cluster, NODE, clock)
     config = with_a100_renamed(paced_config)
 
@@ -375,20 +515,17 @@ def test_a_changed_driver_label_hands_the_node_over_once_the_new_driver_is_ready
     assert cluster.node_labels(NODE)["gpu-stack/driver"] == A100_DRIVER
     assert cluster.deleted == []
 
-    cluster.leases.clear()
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")]["data"] = {}
+    agent.seconds += 3600
     assert agent.reconcile(config) is True
     assert cluster.node_labels(NODE)["gpu-stack/driver"] == A100_V2_DRIVER
     assert cluster.deleted == ["gpu-operator/nvidia-driver-daemonset-a100-abcde"]
-    assert agent.last("removal-slot-acquired")["driver"] == {"old": A100_DRIVER, "new": A100_V2_DRIVER}
+    assert agent.last("driver-handover")["driver"] == {"old": A100_DRIVER, "new": A100_V2_DRIVER}
 
     cluster.settle()
-    cluster.add(driver_pod("nvidia-driver-daemonset-a100-v2-fghij", NODE, A100_V2_DRIVER, ready=False))
-    assert agent.reconcile(config) is True
-
-    cluster.remove("nvidia-driver-daemonset-a100-v2-fghij")
     cluster.add(driver_pod("nvidia-driver-daemonset-a100-v2-fghij", NODE, A100_V2_DRIVER, ready=True))
     assert agent.reconcile(config) is False
-    assert cluster.leases == {}
+    assert holders(cluster) == set()
 
 
 def test_a_node_whose_pool_is_removed_retires_its_driver_at_the_pace(load_fixture, paced_config, clock):
@@ -407,35 +544,36 @@ def test_a_node_whose_pool_is_removed_retires_its_driver_at_the_pace(load_fixtur
 
     cluster.settle()
     assert agent.reconcile(config) is False
-    assert cluster.leases == {}
+    assert holders(cluster) == set()
 
 
 # --- in the label loop ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["list_namespaced_pod", "list_pod_for_all_namespaces", "read_namespaced_lease",
-                                    "create_namespaced_lease", "create_namespaced_pod_eviction"])
-def test_the_label_loop_backs_off_failed_requests_and_looks_again_soon_while_holding(load_fixture, paced_config,
-                                                                                     clock, method):
+@pytest.mark.parametrize("method", ["list_pod_for_all_namespaces", "read_namespaced_config_map",
+                                    "create_namespaced_config_map", "create_namespaced_pod_eviction"])
+def test_the_label_loop_backs_off_failed_requests_and_watches_pods_while_holding(load_fixture, paced_config,
+                                                                                 clock, method):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
     cluster.fail(method, ApiException(status=503, reason="Service Unavailable"))
     agent = Agent(cluster, NODE, clock)
     sleeps: list[float] = []
-    watch_timeouts: list[int] = []
+    pod_watches: list[tuple[int, Any]] = []
 
-    def watch_events(api: Any, name: str, timeout: int, resource_version: str | None) -> Any:
-        watch_timeouts.append(timeout)
+    def watch_pods(api: Any, name: str, timeout: int, resource_version: str | None) -> Any:
+        pod_watches.append((timeout, resource_version))
         return iter(())
 
     kube.run_label_loop(cluster.core, node_name=NODE, load_config=lambda: without_exporter(paced_config, drain=True),
-                        resync_seconds=60, log=agent.log, stop=stop_after(2), sleep=sleeps.append,
-                        watch_events=watch_events, rng=lambda: 1.0, reconcile=agent.pacer)
+                        resync_seconds=900, log=agent.log, stop=stop_after(2), sleep=sleeps.append,
+                        watch_events=lambda *a: iter(()), watch_pods=watch_pods, rng=lambda: 1.0,
+                        reconcile=agent.pacer)
 
     assert [r["status"] for r in agent.log.records if r["event"] == "retry"] == [503]
-    # Then the empty watch's pause, one step further up the same backoff.
-    assert sleeps == [1.0, 2.0]
-    assert lease_holder(cluster) == NODE and cluster.evicted == ["ml-team/train-0"]
-    assert watch_timeouts == [kube.PACE_POLL_SECONDS]
+    assert sleeps[0] == 1.0
+    assert holders(cluster) == {NODE} and cluster.evicted == ["ml-team/train-0"]
+    # Holding, it watches its pods (from its own read of them), not its Node.
+    assert [timeout for timeout, _ in pod_watches] == [120] and pod_watches[0][1] is not None
 
 
 def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends():

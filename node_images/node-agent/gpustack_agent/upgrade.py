@@ -1,0 +1,119 @@
+"""Decide whether a node's driver pod is out of date, and what the node's upgrade state says.
+
+Driver DaemonSets are OnDelete (components/states/driver.py): a new template changes no pod until someone deletes
+it, and the one who does is the node's own agent, holding a slot of the fleet's budget (:mod:`.budget`). A driver
+pod is out of date, as the operator's upgrade controller judges it (fact sheet §5.2), when its
+``controller-revision-hash`` is not the hash of its DaemonSet's newest ControllerRevision; that revision is the
+current template only once the DaemonSet controller observed the DaemonSet's generation, and it is the template
+the Pulumi program wrote only once the DaemonSet carries the template digest the node-pools config names (the
+config reaches the node before the DaemonSet changes: node-labeling comes first in the state order).
+
+Each node shows where it is in ``gpu-stack/upgrade-state`` (the operator's ``nvidia.com/gpu-driver-upgrade-state``,
+with fewer steps), whatever its disruption: a driver upgrade, a handover, a label removal or a MIG relayout.
+
+This module is pure: pods, DaemonSets and ControllerRevisions are dicts shaped like ``kubectl get -o json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from . import pods as podinfo
+
+UPGRADE_STATE_LABEL = "gpu-stack/upgrade-state"
+WAITING = "upgrade-required"  # a change waits for a slot
+DRAINING = "drain-required"  # holding a slot: cordoned, GPU work being evicted or waited for
+RESTARTING = "pod-restart-required"  # the old driver pod deleted, waiting until the new one is Ready (validated)
+CHANGING = "change-in-progress"  # holding a slot for a handover, label removal or MIG relayout
+DONE = "upgrade-done"
+FAILED = "upgrade-failed"  # the new driver did not become Ready in time: cordoned, and the rollout halted
+STATES = (WAITING, DRAINING, RESTARTING, CHANGING, DONE, FAILED)
+
+# Says that this agent cordoned the node, so that it lifts only its own cordon, never one a person or another
+# controller set.
+CORDON_ANNOTATION = "gpu-stack/cordoned-by"
+CORDON_OWNER = "node-agent"
+# Read by k8s-driver-manager in the new driver pod (fact sheet §5.3): the agent has cordoned and evicted already,
+# so the driver manager neither evicts nor uncordons (which would lift the cordon before the new driver works).
+UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
+TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
+REVISION_HASH_LABEL = "controller-revision-hash"
+
+
+def driver_pods(node_pods: Sequence[Mapping[str, Any]], daemonset: str) -> list[Mapping[str, Any]]:
+    """The node's live pods of driver DaemonSet ``daemonset``."""
+    return [p for p in node_pods if podinfo.is_driver_pod(p) and podinfo.owner(p, "DaemonSet") == daemonset
+            and not podinfo.is_finished(p)]
+
+
+def current_revision(daemonset: Mapping[str, Any] | None, revisions: Sequence[Mapping[str, Any]],
+                     digest: str) -> str | None:
+    """The hash of ``daemonset``'s current template, once it is the template of ``digest`` and the DaemonSet
+    controller has caught up with it; None until then (ask again later)."""
+    if daemonset is None:
+        return None
+    metadata = daemonset.get("metadata") or {}
+    if (metadata.get("annotations") or {}).get(TEMPLATE_DIGEST_ANNOTATION) != digest:
+        return None
+    observed = int((daemonset.get("status") or {}).get("observedGeneration") or 0)
+    if observed < int(metadata.get("generation") or 0):
+        return None
+    name = metadata.get("name")
+    owned = [r for r in revisions if podinfo.owner(r, "DaemonSet") == name]
+    if not owned:
+        return None
+    newest = max(owned, key=lambda r: int(r.get("revision") or 0))
+    labels = (newest.get("metadata") or {}).get("labels") or {}
+    return labels.get(REVISION_HASH_LABEL) or str((newest.get("metadata") or {}).get("name", "")).rpartition("-")[2]
+
+
+def outdated_pod(node_pods: Sequence[Mapping[str, Any]], daemonset: str, revision: str) -> Mapping[str, Any] | None:
+    """The node's driver pod of ``daemonset`` that is not at ``revision`` (and not already going), if any."""
+    for pod in driver_pods(node_pods, daemonset):
+        if podinfo.is_terminating(pod):
+            continue
+        if (podinfo.metadata(pod).get("labels") or {}).get(REVISION_HASH_LABEL) != revision:
+            return pod
+    return None
+
+
+def upgraded(node_pods: Sequence[Mapping[str, Any]], daemonset: str, revision: str) -> bool:
+    """Whether the node runs exactly one driver pod of ``daemonset``, at ``revision`` and Ready: its readiness
+    probe passes only once the node's validator wrote its files, so the node can run GPU work again."""
+    live = driver_pods(node_pods, daemonset)
+    return len(live) == 1 and podinfo.is_ready(live[0]) and (
+        (podinfo.metadata(live[0]).get("labels") or {}).get(REVISION_HASH_LABEL) == revision)
+
+
+def cordoned_by_us(node: Mapping[str, Any]) -> bool:
+    return ((node.get("metadata") or {}).get("annotations") or {}).get(CORDON_ANNOTATION) == CORDON_OWNER
+
+
+def unschedulable(node: Mapping[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def state_of(node: Mapping[str, Any]) -> str | None:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(UPGRADE_STATE_LABEL)
+
+
+def cordon_patch(node: Mapping[str, Any], state: str) -> dict[str, Any]:
+    """Cordon (unless someone else already did: then the node stays as it is and is never uncordoned by us), tell
+    k8s-driver-manager the upgrade is handled, and show ``state``."""
+    patch: dict[str, Any] = {"metadata": {"labels": {UPGRADE_STATE_LABEL: state},
+                                          "annotations": {UPGRADE_ENABLED_ANNOTATION: "true"}}}
+    if not unschedulable(node):
+        patch["spec"] = {"unschedulable": True}
+        patch["metadata"]["annotations"][CORDON_ANNOTATION] = CORDON_OWNER
+    return patch
+
+
+def finish_patch(node: Mapping[str, Any], state: str = DONE) -> dict[str, Any]:
+    """Uncordon if this agent cordoned, and show ``state``."""
+    patch: dict[str, Any] = {"metadata": {"labels": {UPGRADE_STATE_LABEL: state},
+                                          "annotations": {UPGRADE_ENABLED_ANNOTATION: None}}}
+    if cordoned_by_us(node):
+        patch["metadata"]["annotations"][CORDON_ANNOTATION] = None
+        if unschedulable(node):
+            patch["spec"] = {"unschedulable": None}
+    return patch
