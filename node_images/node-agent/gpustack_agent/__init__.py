@@ -15,7 +15,7 @@ disruption budget), :mod:`.upgrade` (whether a driver pod is out of date; which 
 node may take) and :mod:`.pods` are pure functions over API objects as plain dicts,
 :mod:`.inventory` holds the NVML read (also imported by ``python -m gpustack inventory``)
 and pure drift checks; :mod:`.kube` (API glue, loops, the gate), :mod:`.pacer` (paced
-removals: GPU work, evictions, Leases) and :mod:`.completion` (cordon, wait for matching pods,
+disruptions: the budget, evictions, driver upgrades) and :mod:`.completion` (cordon, wait for matching pods,
 uncordon) are the only modules that talk to the API server.
 """
 

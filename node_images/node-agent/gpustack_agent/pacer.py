@@ -278,8 +278,12 @@ class Pacer:
                 revisions = kube.as_dict(self.apps, result).get("items") or []
             revision = upgrade.current_revision(found, revisions, digest)
             if revision is None:
-                # Pulumi has not written that template yet, or the controller has not seen it: look again soon.
-                self._next_check = min(self._next_check, self.clock() + 30.0)
+                # Pulumi has not written that template yet (a later wave's DaemonSet waits for the gates before
+                # it), or the controller has not seen it: look again on the waiting nodes' jittered schedule, so
+                # that a later wave's thousands of nodes do not read their DaemonSet every few seconds.
+                count, _ = budget.gpu_nodes(self.slots.last if self.slots.last is not None
+                                            else self.slots.read(namespace))
+                self._next_check = min(self._next_check, self.clock() + slots.waiting_poll_seconds(count, self.rng))
                 return None
             self.revisions[key] = revision
         return self.revisions[key]
