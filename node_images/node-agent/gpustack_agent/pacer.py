@@ -36,8 +36,9 @@ Now = Callable[[], datetime.datetime]
 # safety net under the config digest and the node's own events, which normally say when to look.
 RECHECK_SECONDS = 1800.0
 # While a holder waits for something the DaemonSet controller or the kubelet does (pods leaving, the new driver
-# getting Ready), it watches its node's pods for at most this long before looking again.
-HOLD_WATCH_SECONDS = 120
+# getting Ready), it watches its node's pods and looks again on their events; this bound is only the safety net,
+# kept long so that 1,000 holders re-establish their watches at under 2 requests/s.
+HOLD_WATCH_SECONDS = 600
 
 
 def utc_now() -> datetime.datetime:
@@ -69,6 +70,7 @@ class Pacer:
         self._next_poll = 0.0
         self._next_check = 0.0
         self._wake_seen: str | None = None
+        self._wake_looked: str | None = None
         self._checked_config: labels.Config | None = None
         self._pods_cache: list[dict[str, Any]] | None = None
         self.pods_version: str | None = None
@@ -129,8 +131,9 @@ class Pacer:
         # An event of a waiting node's Node (the kubelet's status updates among them) is no reason to read
         # anything: it looks when its poll is due or it was woken, so 9,000 waiting nodes stay quiet.
         look = (self.holding is not None or config != self._checked_config or self.clock() >= self._next_check
-                or state in (upgrade.DRAINING, upgrade.RESTARTING, upgrade.FAILED)
-                or (state == upgrade.WAITING and (self.clock() >= self._next_poll or wake != self._wake_seen)))
+                or state in (upgrade.DRAINING, upgrade.RESTARTING, upgrade.FAILED) or wake != self._wake_looked
+                or (state == upgrade.WAITING and self.clock() >= self._next_poll))
+        self._wake_looked = wake
         plan = removal.plan(node, config, self._operand_pods(rules.namespace) if look else ())
         if plan.paced and plan.immediate is not None:
             # What needs no slot goes first, whatever becomes of the rest: a slot can take hours to come.
@@ -286,6 +289,9 @@ class Pacer:
                 self._next_check = min(self._next_check, self.clock() + slots.waiting_poll_seconds(count, self.rng))
                 return None
             self.revisions[key] = revision
+            # The first of its DaemonSet's nodes to see the new template tells one more, which tells one more:
+            # a wave's nodes all know within seconds of its DaemonSets' update, at two requests a node.
+            self.slots.wake_one(f"{labels.DRIVER_LABEL}={daemonset},{slots.UPGRADE_STATE_LABEL}!={slots.WAITING}")
         return self.revisions[key]
 
     def _outdated_driver(self, node: Mapping[str, Any], config: labels.Config,

@@ -168,11 +168,11 @@ class Slots:
             if self._write(namespace, body, create=False):
                 return
 
-    def wake_one(self) -> None:
-        """Nudge one waiting node (an annotation its own watch sees), so a freed slot is taken in a second rather
-        than at the next poll; best effort, the waiting nodes' polls are the safety net."""
+    def wake_one(self, selector: str = f"{UPGRADE_STATE_LABEL}={WAITING}") -> None:
+        """Nudge one node ``selector`` selects (by default a waiting one) with an annotation its own watch sees, so
+        a freed slot is taken in a second rather than at the next poll; best effort, the polls are the safety net."""
         try:
-            waiting = kube.list_node_names(self.core, f"{UPGRADE_STATE_LABEL}={WAITING}", limit=WAKE_CANDIDATES)
+            waiting = kube.list_node_names(self.core, selector, limit=WAKE_CANDIDATES)
             waiting = [n for n in waiting if n != self.node_name]
             if not waiting:
                 return

@@ -144,8 +144,13 @@ def _api_error(status: int, reason: str) -> ApiException:
 def _matches(labels: dict[str, str], selector: str | None) -> bool:
     if not selector:
         return True
-    return all(labels.get(key) == value if equals else key in labels
-               for key, equals, value in (term.partition("=") for term in selector.split(",")))
+    def one(term: str) -> bool:
+        if "!=" in term:
+            key, _, value = term.partition("!=")
+            return labels.get(key) != value
+        key, equals, value = term.partition("=")
+        return labels.get(key) == value if equals else key in labels
+    return all(one(term) for term in selector.split(","))
 
 
 class FakeCluster:

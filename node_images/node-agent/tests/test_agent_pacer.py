@@ -573,7 +573,7 @@ def test_the_label_loop_backs_off_failed_requests_and_watches_pods_while_holding
     assert sleeps[0] == 1.0
     assert holders(cluster) == {NODE} and cluster.evicted == ["ml-team/train-0"]
     # Holding, it watches its pods (from its own read of them), not its Node.
-    assert [timeout for timeout, _ in pod_watches] == [120] and pod_watches[0][1] is not None
+    assert [timeout for timeout, _ in pod_watches] == [600] and pod_watches[0][1] is not None
 
 
 def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends():
