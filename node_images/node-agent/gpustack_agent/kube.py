@@ -22,6 +22,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from . import backoff, drift, gate, inventory, labelcheck, labels, pods
+from .podwatch import await_pods
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -91,38 +92,6 @@ def watch_node(core: Any, name: str, timeout_seconds: int, resource_version: str
 def list_nodes(core: Any, label_selector: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
     result = core.list_node(label_selector=label_selector, _request_timeout=request_timeout)
     return as_dict(core, result).get("items") or []
-
-
-# Asks for PartialObjectMetadataList: names and labels only, a few hundred bytes a node instead of the full objects.
-METADATA_ONLY = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
-
-
-def list_node_names(core: Any, label_selector: str, limit: int | None = None) -> list[str]:
-    """Names of the nodes ``label_selector`` selects (the first ``limit`` by name, when given), read as metadata
-    only: counting a 10,000-node fleet must not move its full Node objects."""
-    kwargs: dict[str, Any] = {"label_selector": label_selector, "_request_timeout": REQUEST_TIMEOUT_SECONDS,
-                              "_headers": dict(METADATA_ONLY), "_preload_content": False}
-    if limit is not None:
-        kwargs["limit"] = limit
-    names: list[str] = []
-    while True:
-        response = core.list_node(**kwargs)
-        body = json.loads(response.data) if hasattr(response, "data") else as_dict(core, response)
-        names += [((item.get("metadata") or {}).get("name") or "") for item in body.get("items") or []]
-        token = (body.get("metadata") or {}).get("continue")
-        if not token or limit is not None:
-            return [n for n in names if n]
-        kwargs["_continue"] = token
-
-
-def node_exists(core: Any, name: str) -> bool:
-    try:
-        core.read_node(name, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def list_pods(
@@ -319,7 +288,7 @@ def run_label_loop(
         wants = getattr(reconcile, "wants", None)
         if busy and wants is not None:
             # A holder's progress is its pods' (old ones leaving, the new driver getting Ready), not its Node's.
-            return _await_pods(core, node_name, timeout, wants, getattr(reconcile, "pods_version", None),
+            return await_pods(core, node_name, timeout, wants, getattr(reconcile, "pods_version", None),
                                watch_pods, stop, clock)
         resource_version = (node.get("metadata") or {}).get("resourceVersion")
         started = clock()
@@ -340,42 +309,6 @@ def run_label_loop(
         return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY
 
     _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
-
-
-def watch_node_pods(core: Any, name: str, timeout_seconds: int, resource_version: str | None
-                    ) -> Iterator[dict[str, Any]]:
-    """Events of the pods on one node, every namespace, until the server ends the watch after ``timeout_seconds``."""
-    kwargs: dict[str, Any] = {
-        "field_selector": f"spec.nodeName={name}",
-        "timeout_seconds": int(timeout_seconds),
-        "_request_timeout": timeout_seconds + WATCH_CLIENT_SLACK_SECONDS,
-    }
-    if resource_version:
-        kwargs["resource_version"] = resource_version
-    watcher = watch.Watch()
-    try:
-        for event in watcher.stream(core.list_pod_for_all_namespaces, **kwargs):
-            yield {"type": event["type"], "object": event["raw_object"]}
-    finally:
-        watcher.stop()
-
-
-def _await_pods(core: Any, node_name: str, timeout: int, wants: Callable[[Mapping[str, Any]], bool],
-                resource_version: str | None, watch_pods: Watcher | None, stop: Callable[[], bool],
-                clock: Callable[[], float]) -> str:
-    """Watch the node's pods from ``resource_version`` (the pass's own read of them) until an event ``wants``
-    (NEUTRAL: look again now) or ``timeout`` (HEALTHY)."""
-    started = clock()
-    events = iter((watch_pods or watch_node_pods)(core, node_name, timeout, resource_version))
-    try:
-        for event in events:
-            if stop() or wants(event):
-                return NEUTRAL
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-    return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY
 
 
 def run_inventory_loop(

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
 
-from . import budget, kube
+from . import budget, kube, nodenames
 
 # The whole fleet's waiting nodes read the budget about this often in all, from their own jittered timers; a slot
 # that frees is otherwise taken at once by the node its holder wakes.
@@ -82,7 +82,7 @@ class Slots:
             self.clock() - self._count_seen[1] > COUNT_TTL_SECONDS)
 
     def count_gpu_nodes(self) -> int:
-        return len(kube.list_node_names(self.core, MANAGED_DRIVER_SELECTOR))
+        return len(nodenames.list_node_names(self.core, MANAGED_DRIVER_SELECTOR))
 
     # --- writes ---
 
@@ -109,7 +109,7 @@ class Slots:
         count, _ = budget.gpu_nodes(current)
         fresh: tuple[int, str] | None = None
         if limits.counts_nodes and (count is None or self.count_is_stale()):
-            names = set(kube.list_node_names(self.core, MANAGED_DRIVER_SELECTOR))
+            names = set(nodenames.list_node_names(self.core, MANAGED_DRIVER_SELECTOR))
             count = len(names)
             fresh = (count, budget.next_epoch(current))
             current = self._pruned(namespace, current, names)
@@ -128,7 +128,7 @@ class Slots:
         """``current`` without the holders whose Node was deleted (a slot nothing else would ever free); looked for
         only when the GPU nodes are counted anyway, so it costs a read only for holders outside that count."""
         gone = {n for n in budget.holders(current) if n not in known and n != self.node_name
-                and not kube.node_exists(self.core, n)}
+                and not nodenames.node_exists(self.core, n)}
         if not gone or current is None:
             return current
         if self._write(namespace, budget.without(current, namespace, gone), create=False):
@@ -172,7 +172,7 @@ class Slots:
         """Nudge one node ``selector`` selects (by default a waiting one) with an annotation its own watch sees, so
         a freed slot is taken in a second rather than at the next poll; best effort, the polls are the safety net."""
         try:
-            waiting = kube.list_node_names(self.core, selector, limit=WAKE_CANDIDATES)
+            waiting = nodenames.list_node_names(self.core, selector, limit=WAKE_CANDIDATES)
             waiting = [n for n in waiting if n != self.node_name]
             if not waiting:
                 return

@@ -1,0 +1,51 @@
+"""A holder's wait: the pods on its node, watched until an event can move it on."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from kubernetes import watch
+
+from . import backoff
+
+WATCH_CLIENT_SLACK_SECONDS = 30.0
+Watcher = Callable[[Any, str, int, Optional[str]], Any]
+HEALTHY, SHORT, NEUTRAL = "healthy", "short", "neutral"
+
+
+def watch_node_pods(core: Any, name: str, timeout_seconds: int, resource_version: str | None
+                    ) -> Iterator[dict[str, Any]]:
+    """Events of the pods on one node, every namespace, until the server ends the watch after ``timeout_seconds``."""
+    kwargs: dict[str, Any] = {
+        "field_selector": f"spec.nodeName={name}",
+        "timeout_seconds": int(timeout_seconds),
+        "_request_timeout": timeout_seconds + WATCH_CLIENT_SLACK_SECONDS,
+    }
+    if resource_version:
+        kwargs["resource_version"] = resource_version
+    watcher = watch.Watch()
+    try:
+        for event in watcher.stream(core.list_pod_for_all_namespaces, **kwargs):
+            yield {"type": event["type"], "object": event["raw_object"]}
+    finally:
+        watcher.stop()
+
+
+def await_pods(core: Any, node_name: str, timeout: int, wants: Callable[[Mapping[str, Any]], bool],
+                resource_version: str | None, watch_pods: Optional[Watcher], stop: Callable[[], bool],
+                clock: Callable[[], float]) -> str:
+    """Watch the node's pods from ``resource_version`` (the pass's own read of them) until an event ``wants``
+    (NEUTRAL: look again now) or ``timeout`` (HEALTHY)."""
+    started = clock()
+    events = iter((watch_pods or watch_node_pods)(core, node_name, timeout, resource_version))
+    try:
+        for event in events:
+            if stop() or wants(event):
+                return NEUTRAL
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY
+
+
