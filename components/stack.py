@@ -31,7 +31,7 @@ from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
 from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
 from components.states.dra_validator import DraValidator
-from components.states.driver import Driver
+from components.states.driver import Driver, plan_driver_daemonsets
 from components.states.gfd import GpuFeatureDiscovery
 from components.states.mig_manager import MigManager
 from components.states.monitoring import StackMonitoring
@@ -60,6 +60,11 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         self._stack = pulumi.get_stack()
         self._ops = operands(cfg)
         self._driver_targets = plan_targets(cfg, self._ops.images.driver_repository, gpudirect_sidecars(cfg))
+        # Planned (not registered) up front: `node-labeling`, earlier in the state order, names each one's template
+        # digest in its document, and `state-driver` registers exactly what was digested.
+        self._driver_daemonsets = plan_driver_daemonsets(
+            self._ops, self._driver_targets, cfg.upgrade, self._validated_files(), cfg.driver
+        )
         self.states = {}
         builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
             "pre-requisites": self._prerequisites,
@@ -159,9 +164,10 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             pools=cfg.node_pools,
             # pool -> its driver DaemonSet, which the agent writes as the node's gpu-stack/driver label
             driver_daemonsets={p.name: cfg.pool_driver(p).daemonset for p in cfg.driver_pools},
+            driver_digests={d.target.daemonset: d.digest for d in self._driver_daemonsets},
             sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
-            removal=Removal(cfg.upgrade.max_unavailable, cfg.upgrade.drain.enabled, cfg.cluster.namespace),
+            removal=Removal.of(cfg.upgrade, cfg.cluster.namespace),
             resync_seconds=cfg.node_agent.resync_seconds,
             depends_on=after,
             opts=self._opts(),
@@ -175,7 +181,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
 
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
-        if not self._driver_targets:
+        if not self._driver_daemonsets:
             return None
         waves = self._cfg.upgrade.waves
         wave_of = {pool: i for i, wave in enumerate(waves) for pool in wave.pools}
@@ -187,10 +193,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         return Driver(
             "state-driver",
             ops=self._ops,
-            targets=self._driver_targets,
-            upgrade=self._cfg.upgrade,
-            validated_files=self._validated_files(),
-            settings=self._cfg.driver,
+            planned=self._driver_daemonsets,
             waits_for=waits_for,
             depends_on=after,
             opts=self._opts(),

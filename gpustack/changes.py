@@ -13,7 +13,7 @@ change-safety suite report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional
 
 from gpustack.mockrun import Recording, Registration
 from gpustack.render import integral
@@ -226,36 +226,6 @@ def _orphans_pods(registration: Registration) -> bool:
     return str(annotations.get(DELETION_PROPAGATION, "")).lower() == "orphan"
 
 
-def _pools_of(registration: Registration) -> list[str]:
-    affinity = (((registration.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get("affinity") or {}
-    terms = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
-    return [str(v) for term in terms for e in term.get("matchExpressions") or [] if e.get("key") == "gpu-stack/pool" for v in e.get("values") or []]
-
-
-def _template(registration: Registration) -> Any:
-    return integral(((registration.inputs.get("spec") or {}).get("template")))
-
-
-def _budget(registration: Registration) -> Any:
-    strategy = (registration.inputs.get("spec") or {}).get("updateStrategy") or {}
-    if strategy.get("type") == "OnDelete":
-        return None
-    return integral((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1))
-
-
-def _gates_before(recording: Recording, urn: str) -> frozenset[str]:
-    by_urn = recording.by_urn()
-    seen: set[str] = set()
-    todo = list(by_urn[urn].dependencies)
-    while todo:
-        current = todo.pop()
-        if current in seen or current not in by_urn:
-            continue
-        seen.add(current)
-        todo += by_urn[current].dependencies
-    return frozenset(u for u in seen if by_urn[u].type == JOB_TYPE and "gpu-stack-gate-" in u)
-
-
 def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str, str]]:
     """(rule, message) for every change a platform engineer must look at twice; `gpustack diff` fails on them
     unless `--allow RULE` names the rule."""
@@ -293,43 +263,7 @@ def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str
         if change.action == REPLACE and change.kind in WORKLOAD_REFERENCED:
             found.append(("referenced-deleted", f"{change.label} is replaced (deleted, then created), and running "
                           "workloads stand on it"))
-    found += _budget_dangers(result, before, after, matched_old)
     return found
-
-
-def _budget_dangers(result: Plan, before: Recording, after: Recording, matched_old: Mapping[str, Optional[Registration]]) -> list[tuple[str, str]]:
-    """Driver DaemonSets whose pods roll in one go, with no gate between them: their budgets add up."""
-    new_by_urn = after.by_urn()
-    rolling: dict[frozenset[str], list[Registration]] = {}
-    for change in result.changes:
-        if change.action != UPDATE or change.type != DAEMONSET_TYPE:
-            continue
-        new, old = new_by_urn[change.urn], matched_old.get(change.urn)
-        if not _is_driver(new) or old is None or _template(old) == _template(new) or _budget(new) is None:
-            continue
-        rolling.setdefault(_gates_before(after, change.urn), []).append(new)
-    found = []
-    for daemonsets in rolling.values():
-        if len(daemonsets) < 2:
-            continue
-        budgets = [_budget(d) for d in daemonsets]
-        names = ", ".join(sorted(str((d.inputs.get("metadata") or {}).get("name")) for d in daemonsets))
-        pools = sorted({p for d in daemonsets for p in _pools_of(d)})
-        found.append(
-            (
-                "wave-over-budget",
-                f"{len(daemonsets)} driver DaemonSets roll in one wave ({names}; pools {', '.join(pools) or 'all'}), each "
-                f"with maxUnavailable {budgets[0]}: up to {_sum_budgets(budgets)} nodes out of service at once, more than "
-                "the upgrade's budget; put them in separate waves or give their pools one daemonSetName",
-            )
-        )
-    return found
-
-
-def _sum_budgets(budgets: Sequence[Any]) -> str:
-    if all(isinstance(b, int) for b in budgets):
-        return str(sum(budgets))
-    return " + ".join(str(b) for b in budgets)
 
 
 def summary(result: Plan) -> dict[str, int]:

@@ -106,10 +106,14 @@ Each error names the key to change.
   kubevirt`; passthrough pools only on GPU models with a checked pci.ids name.
 - DRA: `allocation: dra` only on container pools, with Kubernetes 1.34 or later on every declared version, and
   neither `time-slicing` nor `mps` sharing; `dra.computeDomains` only with a DRA pool.
-- Upgrades: `waves` need `strategy: rolling`, the node labeller (they select by `gpu-stack/pool`) and a
-  validation mode other than `off`; each pool with a deployed driver is in exactly one wave, host-driver and VM
-  pools in none; wave names are unique. With `expectedNodes`, each gate's timeout must leave its pool's nodes
-  time to roll at `maxUnavailable`.
+- Upgrades: `strategy: rolling` with a deployed driver needs the node labeller, whose agents perform the upgrade
+  (driver DaemonSets are OnDelete). `waves` need `strategy: rolling`, the node labeller (they select by
+  `gpu-stack/pool`) and a validation mode other than `off`; each pool with a deployed driver is in exactly one
+  wave, host-driver and VM pools in none; wave names are unique. With `expectedNodes`, each gate's timeout must
+  leave its wave's declared nodes time to roll within the fleet budget (`maxUnavailable`, a percentage of every
+  declared node, capped by `maxParallelUpgrades`).
+- `nodeAgent.image` must be 0.6.0 or later by its tag (a digest is taken on trust): older agents cannot read the
+  version-3 node-pools document and perform no driver upgrades.
 - `registry.credentials` and the secret `registryPassword` are set together.
 - And the rules that predate sharing: no `toolkit.runtimeSocket` with cri-o; `nodeAgent.image` unless labelling
   and validation are off; `validation.mode` other than `off` needs the toolkit.

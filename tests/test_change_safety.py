@@ -13,8 +13,8 @@ expected sets below are written from the configuration, as the behaviour the edi
 * a driver DaemonSet is created or deleted only when its pool comes or goes (its pods stay then, for the node
   agent to hand over at the upgrade's pace), and updated in place otherwise; renaming, reordering or removing
   waves never touches one;
-* a change that rolls several driver DaemonSets in one wave is flagged (`wave-over-budget`), nothing else is
-  dangerous.
+* nothing an ordinary edit does is dangerous: several driver DaemonSets rolling in one wave share the node agents'
+  one fleet budget, and the node-pools document names each driver DaemonSet's new template digest.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from changesafety import EDITS, Config, loaded, waves
+from changesafety import EDITS, Config, driver_version_bump, loaded, waves
 from components.kit import naming
 from components.kit.node_labeler import pool_labels
 from gpustack import changes
@@ -69,10 +69,6 @@ def gate(config: Config, pool: str) -> str:
     return obj(config, "Job", naming.pool_gate(pool))
 
 
-def wave_rank(config: Config, pool: str) -> int:
-    return next((i for i, w in enumerate(waves(config)) if pool in w["pools"]), 0)
-
-
 def rendered(config: Config, label: str, stack: str) -> bool:
     return label in {changes.identity(r) for r in render(config, stack=stack).registrations}
 
@@ -108,17 +104,13 @@ def gates_changed(before: Config, after: Config) -> Expect:
 
 
 def drivers_rolled(before: Config, after: Config, pools: set[str]) -> Expect:
-    """The driver DaemonSets of `pools` roll to a new template: each is updated in place, the gate after each gated
-    pool re-runs, and several DaemonSets rolling in one wave are flagged."""
+    """The driver DaemonSets of `pools` roll to a new template: each is updated in place (the node agents replace
+    its pods within the one fleet budget, however many roll in a wave), the node-pools document names its new
+    template digest, and the gate after each gated pool re-runs."""
     daemonsets = {daemonset_of(after)[p] for p in pools}
     expect = Expect(update={obj(after, "DaemonSet", d) for d in daemonsets})
     expect.rerun |= {gate(after, p) for p in pools & gated(after)}
-    by_rank: dict[int, set[str]] = {}
-    for pool in pools:
-        by_rank.setdefault(wave_rank(after, pool), set()).add(daemonset_of(after)[pool])
-    if any(len(d) > 1 for d in by_rank.values()):
-        expect.dangers.add("wave-over-budget")
-    return expect
+    return expect | (pools_document(after) if daemonsets else Expect())
 
 
 def driver_daemonsets_listed(before: Config, after: Config) -> Expect:
@@ -312,7 +304,11 @@ def expect_host_switch(before: Config, after: Config, stack: str) -> Expect:
 
 def expect_agent_image(before: Config, after: Config, stack: str) -> Expect:
     agents = {obj(after, "DaemonSet", name) for name in ("gpu-stack-node-labeler", "gpu-stack-node-inventory")}
-    return Expect(update={a for a in agents if rendered(after, a, stack)}, rerun={gate(after, p) for p in gated(after)})
+    expect = Expect(update={a for a in agents if rendered(after, a, stack)}, rerun={gate(after, p) for p in gated(after)})
+    if loaded(after).upgrade.wait_for_completion is not None:
+        # Every driver pod runs the agent's wait-for-completion step first: the drivers roll too.
+        expect = expect | drivers_rolled(before, after, set(daemonset_of(after)))
+    return expect
 
 
 def expect_monitoring(before: Config, after: Config, stack: str) -> Expect:
@@ -403,6 +399,23 @@ def test_an_ordinary_edit_changes_exactly_what_it_must(stack, edit):
     got = actual(plan)
     for action in ("create", "update", "rerun", "delete", "dangers"):
         assert getattr(got, action) == getattr(expected, action), action
+
+
+MANAGED_STACKS = [s for s in STACKS if driver_version_bump(stack_config(s)) is not None]
+
+
+@pytest.mark.parametrize("stack", MANAGED_STACKS)
+def test_a_driver_version_bump_is_safe_on_every_shipped_stack_with_a_managed_driver(stack):
+    """Every driver DaemonSet of the stack rolls, several in one wave where a stack has them (a100-mig's pools among
+    them): the node agents replace driver pods within the one fleet budget, so `gpustack diff` has nothing to flag."""
+    before = stack_config(stack)
+    plan = changes.plan(render(before, stack=stack), render(driver_version_bump(before), stack=stack))
+    assert (plan.dangers, plan.blocked) == ([], [])
+    assert plan.labels(changes.UPDATE) & {obj(before, "DaemonSet", d) for d in daemonset_of(before).values()}
+
+
+def test_every_shipped_stack_with_a_managed_driver_is_checked():
+    assert "a100-mig" in MANAGED_STACKS and "prod-managed" in MANAGED_STACKS
 
 
 def test_every_edit_has_an_expectation_and_applies_somewhere():

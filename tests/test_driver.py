@@ -4,6 +4,7 @@ the order of upgrade waves."""
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -155,6 +156,8 @@ def test_without_the_node_labeller_one_daemonset_keeps_the_operator_name_and_sel
     config = unpinned(without_waves("prod-managed"))
     config["gpu-stack:components"] = {"nodeLabeler": False, "nodeInventory": False}
     config["gpu-stack:validation"]["mode"] = "off"
+    # No labeller, no agents to replace driver pods: the stack leaves that to whoever deletes them.
+    config["gpu-stack:upgrade"] = {"strategy": "manual"}
     ds = driver_daemonsets(render(config))
     assert list(ds) == ["nvidia-driver-daemonset"]
     assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
@@ -267,14 +270,22 @@ def test_upgrade_policy_is_rendered_into_the_driver_manager_env():
             "DRAIN_DELETE_EMPTYDIR_DATA": "true",
         }
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
-        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0}}
+        # The node agents roll it within the fleet budget; the DaemonSet controller never replaces a driver pod.
+        assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
 def test_default_upgrade_policy_evicts_gpu_pods_one_node_at_a_time():
-    ds = objects(render_stack("dev"), "DaemonSet")["nvidia-driver-daemonset"]
+    recording = render_stack("dev")
+    ds = objects(recording, "DaemonSet")["nvidia-driver-daemonset"]
     env = manager_env(ds)
     assert (env["ENABLE_GPU_POD_EVICTION"], env["ENABLE_AUTO_DRAIN"], env["DRAIN_TIMEOUT_SECONDS"]) == ("true", "false", "300s")
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    removal = json.loads(objects(recording, "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])["removal"]
+    assert removal == {
+        "maxUnavailable": 1, "maxParallelUpgrades": 0, "paused": False, "drain": False, "drainPodSelector": "",
+        "drainTimeoutSeconds": 300, "gpuPodEviction": True, "driverUpgrade": "rolling", "nodeReadyTimeoutSeconds": 1800,
+        "namespace": "gpu-operator",
+    }
 
 
 def test_manual_strategy_leaves_driver_pods_until_someone_deletes_them():
@@ -290,8 +301,24 @@ def test_other_operands_keep_the_daemonsets_update_strategy():
     config = stack_config("prod-managed")
     config["gpu-stack:daemonsets"] = {"maxUnavailable": "25%"}
     daemonsets = objects(render(config), "DaemonSet")
-    assert daemonsets["nvidia-driver-daemonset-canary"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 2
+    assert daemonsets["nvidia-driver-daemonset-canary"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert daemonsets["nvidia-device-plugin-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
+
+
+def test_the_node_pools_document_carries_the_fleet_budget_and_every_driver_template():
+    config = stack_config("prod-precompiled")
+    config["gpu-stack:upgrade"].update(maxUnavailable="20%", maxParallelUpgrades=3, paused=True, nodeReadyTimeoutSeconds=900)
+    recording = render(config)
+    document = json.loads(objects(recording, "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])
+    assert document["version"] == 3
+    assert document["removal"] == {
+        "maxUnavailable": "20%", "maxParallelUpgrades": 3, "paused": True, "drain": True,
+        "drainPodSelector": "gpu-stack.io/drain!=never", "drainTimeoutSeconds": 900, "gpuPodEviction": True,
+        "driverUpgrade": "rolling", "nodeReadyTimeoutSeconds": 900, "namespace": "gpu-operator",
+    }
+    assert document["drivers"] == {
+        name: ds["metadata"]["annotations"]["gpu-stack/template-digest"] for name, ds in driver_daemonsets(recording).items()
+    }
 
 
 # --- waves: order in graph.json -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gpustack.importer.mig import layout_from_mig_parted
 from stacktest import ROOT, container, env_of, objects, render
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.4.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.6.0"
 
 
 def fixture(name: str) -> str:
@@ -118,8 +118,10 @@ def test_default_install_renders_the_helm_defaults():
     assert plugin_env["MIG_STRATEGY"] == "single"
     assert plugin_env["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
     assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
-    # autoUpgrade with maxParallelUpgrades 1 becomes a rolling driver update of one node at a time.
-    assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    # autoUpgrade becomes the node agent's rolling upgrade within the operator's own budget: the chart's 25% of
+    # the GPU nodes, one node upgrading at a time. The DaemonSet is OnDelete: the agents replace its pods.
+    assert (cfg.upgrade.strategy, cfg.upgrade.max_unavailable, cfg.upgrade.max_parallel_upgrades) == ("rolling", "25%", 1)
+    assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
     # ClusterPolicy's daemonsets budget "1" meant one node (the operator parses it with intstr.Parse); a DaemonSet
     # says so with the number, since the API server refuses the string "1".
     assert ds["nvidia-device-plugin-daemonset"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
@@ -132,11 +134,12 @@ def test_default_install_renders_the_helm_defaults():
     assert ds["nvidia-device-plugin-daemonset"]["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
 
 
-def test_default_install_reports_the_upgrade_semantics_and_the_charts_labels():
+def test_default_install_reports_what_still_differs_in_upgrades_and_the_charts_labels():
     result, _ = default_install()
     assert paths(result) == {
+        # a failed node halts gpu-stack's rollout; the operator counts nodes down for other reasons as unavailable
         "spec.driver.upgradePolicy.autoUpgrade",
-        "spec.driver.upgradePolicy.maxParallelUpgrades",
+        "spec.driver.upgradePolicy.maxUnavailable",
         "spec.daemonsets.labels.helm.sh/chart",
         "spec.daemonsets.labels.app.kubernetes.io/managed-by",
         # the operator left the namespace unlabelled; gpu-stack labels it pod-security privileged
@@ -275,7 +278,8 @@ def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rollin
     result, recording = precompiled()
     cfg = loads(result)
     assert {p.node_image for p in cfg.node_pools} == {"ubuntu22.04-5.15.0-139-generic-amd64", "ubuntu24.04-6.8.0-79-generic-amd64"}
-    assert cfg.driver.branch == "580" and cfg.upgrade.strategy == "rolling" and cfg.upgrade.max_unavailable == 2
+    assert cfg.driver.branch == "580" and cfg.upgrade.strategy == "rolling"
+    assert (cfg.upgrade.max_unavailable, cfg.upgrade.max_parallel_upgrades) == ("10%", 2)
     ds = daemonsets(recording)
     driver = ds["nvidia-driver-daemonset-5.15.0-139-generic-ubuntu22.04"]
     assert container(driver, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580-5.15.0-139-generic-ubuntu22.04"
@@ -286,15 +290,12 @@ def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rollin
     assert paths(result) == {
         "spec.driver.upgradePolicy.maxUnavailable",
         "spec.driver.upgradePolicy.autoUpgrade",
-        "spec.driver.upgradePolicy.maxParallelUpgrades",
         "spec.driver.upgradePolicy.podDeletion.timeoutSeconds",
         "spec.driver.upgradePolicy.podDeletion.deleteEmptyDir",
         # gpu-stack mounts the ConfigMap key by key and renders offline: its keys come with --configmap.
         "spec.driver.repoConfig.configMapName",
-        # node agent 0.4.0 has no wait-for-completion step (0.5.0 carries it: test_import_differential.py)
-        "spec.driver.upgradePolicy.waitForCompletion.podSelector",
-        "spec.driver.upgradePolicy.waitForCompletion.timeoutSeconds",
     }
+    assert cfg.upgrade.wait_for_completion.pod_selector == "app=training"
     assert cfg.driver.licensing_config.secret_name == "licensing-config" and cfg.driver.licensing_config.nls_enabled
     assert cfg.driver.startup_probe.initial_delay_seconds == 60  # the operator's, not gpu-stack's precompiled 5 s
 
@@ -553,8 +554,7 @@ def test_an_imported_stack_with_every_carried_knob_passes_check(tmp_path, capsys
     """The differential test's base ClusterPolicy (every component on, every carried field set), through the CLI
     and then `check` on what it wrote: schema, API-server rules and the policy pack."""
     out = tmp_path / "Pulumi.everything.yaml"
-    agent = AGENT.replace(":0.4.0", ":0.5.0")  # with the wait-for-completion step of upgrade.waitForCompletion
-    args = ["import", "--context", "lab-admin", "--node-agent-image", agent, "--clusterpolicy", fixture("differential-base.yaml"),
+    args = ["import", "--context", "lab-admin", "--node-agent-image", AGENT, "--clusterpolicy", fixture("differential-base.yaml"),
             "--nodes", fixture("nodes-default.yaml"), "--configmap", fixture("differential-configmaps.yaml"),
             "--stack", "everything", "--out", str(out)]
     policy = importer.read_yaml(fixture("differential-base.yaml"), "--clusterpolicy")

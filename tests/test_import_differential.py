@@ -24,7 +24,7 @@ from components.catalogs.consts import MIG_CONFIG, WORKLOAD_CONFIG
 from stacktest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.5.0"  # with wait-for-completion (upgrade.waitForCompletion)
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.6.0"  # with wait-for-completion (upgrade.waitForCompletion)
 ROLE = "virt.platform.internal/gpu-role"
 SANDBOX_FACTS = ClusterFacts("virt-admin", AGENT, pool_labels=(ROLE,),
                              gpu_models=(((ROLE, "vm-passthrough"), "A100-80GB"), ((ROLE, "vm-vgpu"), "A10")))
@@ -57,8 +57,6 @@ CONTEXT: dict[str, dict[str, Any]] = {
     "driver.upgradePolicy.podDeletion.force": {"driver.upgradePolicy.drain.enable": False},
     "driver.upgradePolicy.podDeletion.timeoutSeconds": {"driver.upgradePolicy.drain.enable": False},
     "driver.upgradePolicy.podDeletion.deleteEmptyDir": {"driver.upgradePolicy.drain.enable": False},
-    # maxUnavailable bounds maxParallelUpgrades only when it is smaller.
-    "driver.upgradePolicy.maxUnavailable": {"driver.upgradePolicy.maxParallelUpgrades": 0},
     # With autoUpgrade false k8s-driver-manager's env governs the update.
     **{f"driver.manager.env[{name}]": {"driver.upgradePolicy.autoUpgrade": False}
        for name in ("ENABLE_GPU_POD_EVICTION", "ENABLE_AUTO_DRAIN", "DRAIN_USE_FORCE", "DRAIN_POD_SELECTOR_LABEL",
@@ -274,9 +272,9 @@ def test_changing_a_carried_field_changes_the_stack(path):
         assert _reported(after, path), f"{path}: a ConfigMap name the import was not given must be reported"
         return
     assert after.config != before.config, f"{path}: {value!r} -> {new!r} left the imported stack unchanged"
-    # Carried, so not in the report (autoUpgrade and maxParallelUpgrades also carry a note on their semantics).
+    # Carried, so not in the report (autoUpgrade and maxUnavailable also carry a note on what still differs).
     reported = [i.path for i in [*after.not_carried, *after.no_effect] if i.path == f"spec.{path}"]
-    assert not reported or path.endswith(("autoUpgrade", "maxParallelUpgrades")), f"{path} is carried, yet reported"
+    assert not reported or path.endswith(("autoUpgrade", "maxUnavailable")), f"{path} is carried, yet reported"
 
 
 def _base_spec(base: str) -> dict:

@@ -6,6 +6,7 @@ is refused. Config-level and fast: each case loads a bag built from a real stack
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import pytest
@@ -95,6 +96,16 @@ BAD = [
     ("maxUnavailable 0%", put(DS, "maxUnavailable", value="0%"), "gpu-stack:daemonsets.maxUnavailable", "percentage from 1% to 100%"),
     ("maxUnavailable 0", put(DS, "maxUnavailable", value=0), "gpu-stack:daemonsets.maxUnavailable", "positive count"),
     ("maxUnavailable newline", put(DS, "maxUnavailable", value="25%\n"), "gpu-stack:daemonsets.maxUnavailable", "percentage"),
+    # The fleet budget's cap and the upgrade's node timeout: whole numbers in bounds, never a bool or a string.
+    ("maxParallelUpgrades huge", put("gpu-stack:upgrade", "maxParallelUpgrades", value=10**9), "gpu-stack:upgrade.maxParallelUpgrades", f"less than or equal to {limits.MAX_UNAVAILABLE_COUNT}"),
+    ("maxParallelUpgrades bool", put("gpu-stack:upgrade", "maxParallelUpgrades", value=False), "gpu-stack:upgrade.maxParallelUpgrades", "expected a whole number"),
+    ("maxParallelUpgrades null", put("gpu-stack:upgrade", "maxParallelUpgrades", value=None), "gpu-stack:upgrade.maxParallelUpgrades", "expected a whole number"),
+    ("maxParallelUpgrades list", put("gpu-stack:upgrade", "maxParallelUpgrades", value=[1]), "gpu-stack:upgrade.maxParallelUpgrades", "expected a whole number"),
+    ("paused string", put("gpu-stack:upgrade", "paused", value="true"), "gpu-stack:upgrade.paused", "true, false"),
+    ("paused null", put("gpu-stack:upgrade", "paused", value=None), "gpu-stack:upgrade.paused", "true, false"),
+    ("nodeReadyTimeoutSeconds huge", put("gpu-stack:upgrade", "nodeReadyTimeoutSeconds", value=10**12), "gpu-stack:upgrade.nodeReadyTimeoutSeconds", "less than or equal to 86400"),
+    ("nodeReadyTimeoutSeconds float", put("gpu-stack:upgrade", "nodeReadyTimeoutSeconds", value=600.5), "gpu-stack:upgrade.nodeReadyTimeoutSeconds", "expected a whole number"),
+    ("nodeReadyTimeoutSeconds duration", put("gpu-stack:upgrade", "nodeReadyTimeoutSeconds", value="30m"), "gpu-stack:upgrade.nodeReadyTimeoutSeconds", "expected a whole number"),
     # Durations and timeouts.
     ("interval newline", put("gpu-stack:monitoring", "serviceMonitor", "interval", value="30s\n"), "gpu-stack:monitoring.serviceMonitor.interval", "Prometheus duration"),
     ("interval too long", put("gpu-stack:monitoring", "serviceMonitor", "interval", value="2h"), "gpu-stack:monitoring.serviceMonitor.interval", "longer than 1h"),
@@ -104,8 +115,8 @@ BAD = [
     ("alert for too long", put("gpu-stack:monitoring", "alerts", "utilizationFor", value="30d"), "gpu-stack:monitoring.alerts.utilizationFor", "longer than 7d"),
     ("negative timeout", put("gpu-stack:upgrade", "waitForCompletion", "timeoutSeconds", value=-5), "gpu-stack:upgrade.waitForCompletion.timeoutSeconds", "greater than or equal to 0"),
     # Image references, parsed by distribution/reference's grammar.
-    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.5.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
-    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
+    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.6.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
+    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.6.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
     ("agent short digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:abc"), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest algorithm", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@md5:" + "a" * 32), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest in tag", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:x@sha256:" + DIGEST64[:63]), "gpu-stack:nodeAgent.image", "not an image reference"),
@@ -150,10 +161,14 @@ GOOD = [
     ("tolerate everything", tolerations({"operator": "Exists"})),
     ("Equal with empty value", tolerations({"key": "k", "operator": "Equal", "effect": "NoSchedule"})),
     ("digest-pinned agent", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:" + DIGEST64)),
-    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0@sha256:" + DIGEST64)),
+    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.6.0@sha256:" + DIGEST64)),
     ("registry with port and path", put("gpu-stack:registry", "override", value="registry.dc2.corp:5000/mirror")),
     ("label at the limits", put(DS, "labels", value={"a" * 63 + "." + "b" * 63 + "/" + "c" * 63: "d" * 63})),
     ("percent budget", put(DS, "maxUnavailable", value="100%")),
+    ("no cap of its own", put("gpu-stack:upgrade", "maxParallelUpgrades", value=0)),
+    ("cap at the count limit", put("gpu-stack:upgrade", "maxParallelUpgrades", value=limits.MAX_UNAVAILABLE_COUNT)),
+    ("paused rollout", put("gpu-stack:upgrade", "paused", value=True)),
+    ("node ready timeout at its bounds", put("gpu-stack:upgrade", "nodeReadyTimeoutSeconds", value=86_400)),
     ("ms duration", put("gpu-stack:monitoring", "serviceMonitor", "scrapeTimeout", value="500ms")),
 ]
 
@@ -175,8 +190,8 @@ def test_bool_is_not_a_count():
 
 
 def test_image_references_parse_by_the_grammar():
-    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.4.0")
-    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.4.0", None)
+    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.6.0")
+    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.6.0", None)
     assert parse_image("gpu-stack/node-agent@sha256:" + DIGEST64).domain is None
     for bad in ("", "a b:1", "x:1\n", "registry.io/UPPER/x:1", "UPPER:1", "x@sha256:" + "a" * 63, "x:" + "t" * 129):
         with pytest.raises(ValueError):
@@ -205,8 +220,11 @@ def test_rendered_budgets_and_tolerations_have_the_api_types():
     assert plugin["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 3
     assert type(plugin["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]) in (int, float)
     assert {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoExecute", "tolerationSeconds": 600} in plugin["spec"]["template"]["spec"]["tolerations"]
+    # The drivers' budget is the node agents' (their DaemonSets are OnDelete): the percentage stays a string there.
     drivers = [d for name, d in daemonsets.items() if name.startswith("nvidia-driver-daemonset")]
-    assert drivers and all(d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%" for d in drivers)
+    assert drivers and all(d["spec"]["updateStrategy"] == {"type": "OnDelete"} for d in drivers)
+    pools = json.loads(objects(render(config), "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])
+    assert pools["removal"]["maxUnavailable"] == "25%"
 
 
 def test_what_the_config_allows_the_node_agent_accepts():
@@ -230,3 +248,33 @@ def test_what_the_config_allows_the_node_agent_accepts():
     timeouts = [upper_bound(wave, "timeout_seconds"), upper_bound(Validation, "timeout_seconds"),
                 upper_bound(WaitForCompletion, "timeout_seconds")]
     assert max(timeouts) <= agent_main.MAX_SECONDS
+
+
+def test_the_fleet_budget_at_the_configs_bounds_is_a_document_the_node_agent_accepts():
+    """Every upgrade setting the config lets through, at its bounds, reaches the node agent in a version-3 document
+    its parser takes: a valid stack never stops its agents."""
+    import sys
+
+    from components.config import Upgrade
+    from components.kit.node_labeler import Removal, agent_config
+
+    sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
+    from gpustack_agent import labels as agent_labels
+
+    cfg = load_config(bag(BASE))
+    pool = cfg.node_pools[0]
+    for upgrade in (
+        Upgrade.model_validate({"maxUnavailable": limits.MAX_UNAVAILABLE_COUNT, "maxParallelUpgrades": limits.MAX_UNAVAILABLE_COUNT,
+                                "nodeReadyTimeoutSeconds": 86_400, "paused": True, "drain": {"timeoutSeconds": 86_400}}),
+        Upgrade.model_validate({"maxUnavailable": "100%", "maxParallelUpgrades": 0, "nodeReadyTimeoutSeconds": 300,
+                                "strategy": "manual"}),
+    ):
+        document = agent_config(
+            [pool],
+            driver_daemonsets={pool.name: "nvidia-driver-daemonset-" + pool.name},
+            driver_digests={"nvidia-driver-daemonset-" + pool.name: "0123456789abcdef"},
+            device_plugin_configs=False,
+            removal=Removal.of(upgrade, "gpu-operator"),
+        )
+        parsed = agent_labels.parse_config(document)
+        assert parsed.drivers == {"nvidia-driver-daemonset-" + pool.name: "0123456789abcdef"}

@@ -20,11 +20,11 @@ def test_it_reads_nvml_through_the_nvidia_runtime_unprivileged():
     assert spec["nodeSelector"] == {"nvidia.com/gpu.deploy.container-toolkit": "true"}
     assert "initContainers" not in spec
     agent = container(ds, "node-inventory")
-    assert agent["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.5.0"
+    assert agent["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.6.0"
     assert agent["args"] == ["inventory"]
     assert {k: v for k, v in env_of(agent).items() if k != "NODE_NAME"} == {
         "CONFIG_FILE": "/etc/gpu-stack/node-pools.json",
-        "RESYNC_SECONDS": "60",
+        "RESYNC_SECONDS": "900",
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "utility",
     }
@@ -50,6 +50,8 @@ def test_without_the_labeller_it_is_not_rendered_unless_asked_for_which_is_refus
     config = stack_config("dev")
     config["gpu-stack:components"] = {"nodeLabeler": False}
     config["gpu-stack:validation"] = {"mode": "off"}
+    # Without the labeller's agents nothing would replace a driver pod: driver changes are left to whoever deletes them.
+    config["gpu-stack:upgrade"] = {**config.get("gpu-stack:upgrade", {}), "strategy": "manual"}
     assert NAME not in objects(render(config), "DaemonSet")
     config["gpu-stack:components"]["nodeInventory"] = True
     with pytest.raises(ConfigError) as caught:

@@ -172,11 +172,22 @@ def test_a_driver_manager_that_neither_evicts_nor_drains_is_reported():
     (12, {}, "maxUnavailable 12, above the 10 nodes this stack allows"),
     (3, {"maxUnavailableCount": 2}, "maxUnavailable 3, above the 2 nodes this stack allows"),
 ])
-def test_a_rolling_budget_above_the_stacks_bound_is_reported(budget, config, problem):
+def test_a_fleet_budget_above_the_stacks_bound_is_reported(budget, config, problem):
     stack = stack_config("prod-precompiled")
     stack["gpu-stack:upgrade"]["maxUnavailable"] = budget
     found = messages(render(stack), "upgrade-safety", {"upgrade-safety": config} if config else None)
-    assert found and all(problem in m for m in found), found
+    # One budget for the fleet, read from the node-pools document the agents pace by: one report, not one per DaemonSet.
+    assert len(found) == 1 and problem in found[0] and "the fleet's driver upgrade budget" in found[0], found
+
+
+def test_a_driver_daemonset_rolling_by_itself_is_reported():
+    def rolling(recording: Recording) -> None:
+        ds = registration(recording, "DaemonSet", "nvidia-driver-daemonset-training")
+        ds.inputs["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+
+    found = messages(edited(render_stack("prod-managed"), rolling), "upgrade-safety")
+    assert len(found) == 1 and "has updateStrategy RollingUpdate" in found[0] and "outside the node agents' fleet budget" in found[0]
+    assert messages(render_stack("prod-managed"), "upgrade-safety") == []
 
 
 def test_upgrade_safety_is_mandatory_in_prod_and_advisory_in_dev():

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, load_config
-from components.config.upgrade import WAIT_FOR_COMPLETION_AGENT
+from components.config.cluster import MIN_NODE_AGENT_VERSION
 from gpustack import inventory  # noqa: F401  (puts the node agent on sys.path)
 from gpustack_agent import __version__ as agent_version
 from stacktest import bag, container, env_of, objects, render, stack_config
@@ -19,7 +19,7 @@ AGENT = "gpu-stack:nodeAgent.image"
 WAIT = {"podSelector": "workload-class in (training,batch),gpu-stack/no-wait!=true", "timeoutSeconds": 900}
 
 
-def with_wait(wait: Any = None, *, agent: str | None = "harbor.platform.internal/gpu-stack/node-agent:0.5.0",
+def with_wait(wait: Any = None, *, agent: str | None = "harbor.platform.internal/gpu-stack/node-agent:0.6.0",
               **upgrade: Any) -> dict[str, Any]:
     config = stack_config("prod-managed")
     config["gpu-stack:upgrade"].pop("waitForCompletion", None)
@@ -65,11 +65,9 @@ def test_a_huge_selector_is_not_echoed_back():
 
 
 def test_an_agent_without_the_subcommand_is_refused_by_its_key():
+    # 0.4.0 has no wait-for-completion step; every agent the image check admits (0.6.0 and later) has it.
     found = problems(with_wait(WAIT, agent="harbor.platform.internal/gpu-stack/node-agent:0.4.0"))
-    assert found == [(AGENT, "node agent 0.4.0 has no wait-for-completion subcommand, which upgrade.waitForCompletion "
-                             "runs; use 0.5.0 or later (node_images/node-agent)")]
-    # Without the key 0.4.0 is still enough.
-    load_config(bag(with_wait(None, agent="harbor.platform.internal/gpu-stack/node-agent:0.4.0")))
+    assert [p for p, _ in found] == [AGENT] and "use 0.6.0 or later" in found[0][1]
 
 
 def test_good_values_and_unknowable_agent_versions_are_accepted():
@@ -83,13 +81,13 @@ def test_good_values_and_unknowable_agent_versions_are_accepted():
 
 def test_a_stack_without_driver_daemonsets_has_nothing_to_wait_in():
     config = stack_config("onprem-host-driver")
-    config["gpu-stack:nodeAgent"]["image"] = "registry.dc2.corp:5000/gpu-stack/node-agent:0.5.0"
+    config["gpu-stack:nodeAgent"]["image"] = "registry.dc2.corp:5000/gpu-stack/node-agent:0.6.0"
     config.setdefault("gpu-stack:upgrade", {})["waitForCompletion"] = WAIT
     assert any(p == KEY and "no pool gets a driver DaemonSet" in m for p, m in problems(config))
 
 
-def test_the_agent_release_has_the_subcommand():
-    assert tuple(int(part) for part in agent_version.split(".")) >= WAIT_FOR_COMPLETION_AGENT
+def test_the_agent_release_is_one_the_image_check_admits():
+    assert tuple(int(part) for part in agent_version.split(".")) >= MIN_NODE_AGENT_VERSION
 
 
 def _drivers(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -107,7 +105,7 @@ def test_driver_pods_wait_first_and_nothing_else_changes():
         assert [c["name"] for c in spec["initContainers"]] == ["wait-for-completion", "k8s-driver-manager"]
         assert [c["name"] for c in old["initContainers"]] == ["k8s-driver-manager"]
         wait = container(ds, "wait-for-completion")
-        assert wait["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.5.0"
+        assert wait["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.6.0"
         assert wait["args"] == ["wait-for-completion"] and "command" not in wait
         assert env_of(wait) == {
             "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},

@@ -4,9 +4,10 @@ pools and that every gate's timeout leaves its wave time to roll."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional, Union
 
-from pydantic import Field, StrictBool, field_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from components.config import limits
 from components.config.base import (
@@ -18,7 +19,6 @@ from components.config.base import (
     qualified_name_problem,
     shown,
 )
-from components.config.cluster import image_semver
 
 if TYPE_CHECKING:
     from components.config.pools import NodePool
@@ -83,8 +83,6 @@ class Drain(_Model):
 
 # Long enough for any hand-written selector; a longer one is a template gone wrong, and is not echoed back.
 MAX_POD_SELECTOR_LENGTH = 1024
-# The node agent release that has the `wait-for-completion` subcommand (node_images/node-agent).
-WAIT_FOR_COMPLETION_AGENT = (0, 5, 0)
 
 
 class WaitForCompletion(_Model):
@@ -140,12 +138,41 @@ class Wave(_Model):
 
 
 class Upgrade(_Model):
-    """How a driver change reaches the nodes. `rolling`: the driver DaemonSets roll, at most maxUnavailable nodes
-    at a time, each new driver pod's k8s-driver-manager evicting GPU pods (and draining, if enabled) before it
-    swaps the driver. `manual`: OnDelete, nothing changes on a node until someone deletes its driver pod."""
+    """How a driver change reaches the nodes. Driver DaemonSets are OnDelete; with `rolling` the node agent replaces
+    each node's outdated driver pod itself, cordoning the node, while it holds a slot of the fleet's one disruption
+    budget (`maxUnavailable`, capped by `maxParallelUpgrades`), and each new driver pod's k8s-driver-manager evicts
+    GPU pods (and drains, if enabled) before it swaps the driver. `manual`: nothing changes on a node until someone
+    deletes its driver pod."""
 
     strategy: Literal["rolling", "manual"] = "rolling"
     max_unavailable: Union[int, str] = 1
+    max_parallel_upgrades: StrictInt = Field(
+        default=0,
+        ge=0,
+        le=limits.MAX_UNAVAILABLE_COUNT,
+        description=(
+            "How many nodes may be upgrading their driver at once, as the operator's "
+            "`driver.upgradePolicy.maxParallelUpgrades`; 0 sets no bound of its own, so `maxUnavailable` alone bounds "
+            "the rollout. A further cap on the fleet budget, never a second budget beside it."
+        ),
+    )
+    paused: StrictBool = Field(
+        default=False,
+        description=(
+            "Stops the rollout: no node starts a new disruption (driver upgrade or handover, deploy-label removal, "
+            "MIG relayout); nodes already in progress finish and free their slots. Set it back to false to go on."
+        ),
+    )
+    node_ready_timeout_seconds: StrictInt = Field(
+        default=1800,
+        ge=300,
+        le=86_400,
+        description=(
+            "How long a node's new driver has to become Ready (loaded and validated) once its old driver pod is "
+            "gone. A node that misses it stays cordoned and keeps its slot, is reported on its Node and in the "
+            "agent's log, and halts the rollout: no further node starts until it is fixed."
+        ),
+    )
     gpu_pod_eviction: StrictBool = True
     drain: Drain = Drain()
     # Ordered: each wave's driver DaemonSets change only after the previous wave's nodes validated.
@@ -155,7 +182,7 @@ class Upgrade(_Model):
         description=(
             "Before each node's driver is swapped, wait for its pods matching `podSelector` to complete (at most "
             "`timeoutSeconds`), as the operator's `driver.upgradePolicy.waitForCompletion`. Needs `strategy: "
-            "rolling` and `nodeAgent.image` 0.5.0 or later; unset, driver pods are rendered as before."
+            "rolling` and `nodeAgent.image` (its wait-for-completion step); unset, driver pods are rendered as before."
         ),
     )
 
@@ -164,7 +191,7 @@ class Upgrade(_Model):
 
 
 def _wait_for_completion_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """waitForCompletion needs a rollout to pace and an agent image that has the subcommand."""
+    """waitForCompletion needs a rollout to pace and the node agent's image, which runs the wait."""
     if cfg.upgrade.wait_for_completion is None:
         return []
     key = f"{NAMESPACE}:upgrade.waitForCompletion"
@@ -181,20 +208,9 @@ def _wait_for_completion_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         )
     if not cfg.driver_pools:
         problems.append((key, "no pool gets a driver DaemonSet (host drivers, VM pools), so nothing would wait: remove it"))
-    image = cfg.node_agent.image
-    minimum = ".".join(map(str, WAIT_FOR_COMPLETION_AGENT))
-    if image is None:
-        problems.append((key, f"runs the node agent: set gpu-stack:nodeAgent.image ({minimum} or later)"))
-    else:
-        found = image_semver(image)
-        if found and found[0] < WAIT_FOR_COMPLETION_AGENT:
-            problems.append(
-                (
-                    f"{NAMESPACE}:nodeAgent.image",
-                    f"node agent {found[1]} has no wait-for-completion subcommand, which "
-                    f"upgrade.waitForCompletion runs; use {minimum} or later (node_images/node-agent)",
-                )
-            )
+    if cfg.node_agent.image is None:
+        # Every agent the image check admits (components/config/cluster.py) has the wait-for-completion step.
+        problems.append((key, "runs the node agent's wait-for-completion step: set gpu-stack:nodeAgent.image"))
     return problems
 
 
@@ -202,6 +218,16 @@ def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     upgrade = cfg.upgrade
     here = f"{NAMESPACE}:upgrade"
     problems: list[tuple[str, str]] = _wait_for_completion_checks(cfg)
+    if upgrade.strategy == "rolling" and cfg.driver_pools and not cfg.components.node_labeler:
+        # Driver DaemonSets are OnDelete: without the labeller's agents no driver pod would ever be replaced, and
+        # the stack would apply cleanly and keep every node on its old driver.
+        problems.append(
+            (
+                f"{here}.strategy",
+                "'rolling' upgrades are performed by the node labeller's agents (driver DaemonSets are OnDelete): set "
+                "gpu-stack:components.nodeLabeler: true, or use 'manual' and delete each node's driver pod yourself",
+            )
+        )
     if not upgrade.waves:
         return problems + _gate_timeout_checks(cfg)
     if upgrade.strategy != "rolling":
@@ -257,28 +283,55 @@ def _upgrade_checks(cfg: StackConfig) -> list[tuple[str, str]]:
 MIN_NODE_SWAP_SECONDS = {"managed": 30 + 10 + 60 + 60, "precompiled": 30 + 10 + 5 + 60}
 
 
-def _budget_nodes(max_unavailable: Union[int, str], nodes: int) -> int:
-    if isinstance(max_unavailable, int):
-        return max_unavailable
-    return max(1, -(-nodes * int(max_unavailable[:-1]) // 100))
+@dataclass(frozen=True)
+class RolloutFloor:
+    """The least time a set of pools takes to roll, and what it follows from: `nodes` declared nodes, `budget` of
+    them out of service at once."""
+
+    seconds: int
+    nodes: int
+    budget: int
 
 
-def rollout_floor_seconds(cfg: StackConfig, pools: list[NodePool]) -> Optional[tuple[int, str]]:
-    """The least time the driver DaemonSets of `pools` take to roll over their declared nodes at the upgrade's
-    maxUnavailable (each DaemonSet rolls its own pools, all of them at once), and the slowest pool; None when no
-    pool declares expectedNodes."""
-    slowest: Optional[tuple[int, str]] = None
-    for pool in pools:
-        if pool.expected_nodes is None or cfg.upgrade.strategy != "rolling":
-            continue
-        plan = cfg.pool_driver(pool)
-        if plan.mode == "host":
-            continue
-        batches = -(-pool.expected_nodes // _budget_nodes(cfg.upgrade.max_unavailable, pool.expected_nodes))
-        seconds = batches * MIN_NODE_SWAP_SECONDS[plan.mode]
-        if slowest is None or seconds > slowest[0]:
-            slowest = (seconds, pool.name)
-    return slowest
+def fleet_budget_nodes(upgrade: Upgrade, fleet_nodes: int) -> int:
+    """How many nodes the fleet budget lets out of service at once: maxUnavailable, a percentage resolved against
+    `fleet_nodes` (rounded up, never below one, as the node agents resolve it), capped by maxParallelUpgrades."""
+    budget = upgrade.max_unavailable
+    nodes = budget if isinstance(budget, int) else max(1, -(-fleet_nodes * int(budget[:-1]) // 100))
+    return min(nodes, upgrade.max_parallel_upgrades) if upgrade.max_parallel_upgrades > 0 else nodes
+
+
+def declared_fleet_nodes(cfg: StackConfig) -> int:
+    """The GPU nodes with a deployed driver that the stack declares (expectedNodes): what a percentage budget is
+    checked against here; the agents resolve it against the nodes they count."""
+    return sum(p.expected_nodes for p in cfg.driver_pools if p.expected_nodes is not None)
+
+
+def rollout_floor_seconds(cfg: StackConfig, pools: list[NodePool]) -> Optional[RolloutFloor]:
+    """The least time the drivers of `pools` (one wave) take to roll over their declared nodes. The node agents
+    replace driver pods within the fleet's one budget, whichever DaemonSet or pool a node belongs to, so the wave's
+    declared nodes go ceil(nodes / budget) at a time, each batch taking at least one node swap (the quicker mode's,
+    for a wave of managed and precompiled pools). None when nothing rolls or no pool declares expectedNodes."""
+    if cfg.upgrade.strategy != "rolling":
+        return None
+    declared = [(p.expected_nodes, cfg.pool_driver(p).mode) for p in pools if p.expected_nodes is not None]
+    declared = [(nodes, mode) for nodes, mode in declared if mode != "host"]
+    if not declared:
+        return None
+    nodes = sum(n for n, _ in declared)
+    budget = fleet_budget_nodes(cfg.upgrade, declared_fleet_nodes(cfg))
+    swap = min(MIN_NODE_SWAP_SECONDS[mode] for _, mode in declared)
+    return RolloutFloor(-(-nodes // budget) * swap, nodes, budget)
+
+
+def _budget_text(cfg: StackConfig, budget: int) -> str:
+    upgrade = cfg.upgrade
+    text = f"maxUnavailable {upgrade.max_unavailable}"
+    if isinstance(upgrade.max_unavailable, str):
+        text += f" of {declared_fleet_nodes(cfg)} declared nodes"
+    if upgrade.max_parallel_upgrades > 0:
+        text += f", maxParallelUpgrades {upgrade.max_parallel_upgrades}"
+    return f"{budget} at a time: {text}"
 
 
 def _gate_timeout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
@@ -286,28 +339,28 @@ def _gate_timeout_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     pools = {p.name: p for p in cfg.node_pools}
     waves = cfg.upgrade.waves
-    budget = cfg.upgrade.max_unavailable
     for i, wave in enumerate(waves[:-1]):
         floor = rollout_floor_seconds(cfg, [pools[n] for n in wave.pools if n in pools])
-        if floor is not None and wave.timeout_seconds < floor[0]:
+        if floor is not None and wave.timeout_seconds < floor.seconds:
             problems.append(
                 (
                     f"{NAMESPACE}:upgrade.waves[{i}].timeoutSeconds",
-                    f"got {wave.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected nodes, "
-                    f"maxUnavailable {budget}) needs at least {floor[0]} s to roll and validate: raise the timeout or "
-                    "maxUnavailable",
+                    f"got {wave.timeout_seconds}; wave {wave.name!r} declares {floor.nodes} expected nodes, which roll "
+                    f"{_budget_text(cfg, floor.budget)}, and needs at least {floor.seconds} s to roll and validate: "
+                    "raise the timeout or maxUnavailable",
                 )
             )
     # The stack gate judges the last wave (every pool, without waves) as it rolls.
     last = [pools[n] for n in waves[-1].pools if n in pools] if waves else cfg.driver_pools
     floor = rollout_floor_seconds(cfg, last)
-    if cfg.validation.mode != "off" and floor is not None and cfg.validation.timeout_seconds < floor[0]:
+    if cfg.validation.mode != "off" and floor is not None and cfg.validation.timeout_seconds < floor.seconds:
+        what = f"the last wave, {waves[-1].name!r}," if waves else "the driver pools"
         problems.append(
             (
                 f"{NAMESPACE}:validation.timeoutSeconds",
-                f"got {cfg.validation.timeout_seconds}; pool {floor[1]!r} ({pools[floor[1]].expected_nodes} expected "
-                f"nodes, maxUnavailable {budget}) rolls last and needs at least {floor[0]} s to roll and validate: "
-                "raise the timeout or maxUnavailable",
+                f"got {cfg.validation.timeout_seconds}; {what} declare {floor.nodes} expected nodes, which roll "
+                f"{_budget_text(cfg, floor.budget)}, and need at least {floor.seconds} s to roll and validate: raise "
+                "the timeout or maxUnavailable",
             )
         )
     return problems

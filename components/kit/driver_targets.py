@@ -6,6 +6,9 @@ name the pool pins with `driver.daemonSetName` (pools that pin one name share th
 labeller the stack's one driver DaemonSet keeps the operator's name `nvidia-driver-daemonset` (components/kit/naming.py).
 Each selects its pools' nodes (`gpu-stack/pool In [...]`), so no node is selected by two of them; precompiled
 DaemonSets also select the pool's kernel. Host-driver pools have no `driver` deploy label and get none.
+
+A target says what a DaemonSet installs, not how it rolls: every driver DaemonSet is OnDelete, and the node agents
+replace its pods within the fleet's one disruption budget (components/states/driver.py).
 """
 
 from __future__ import annotations

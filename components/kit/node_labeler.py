@@ -5,6 +5,11 @@ for nodes that join after `pulumi up` too. Pulumi itself never manages Node obje
 manager rewrite these labels at run time (`paused-for-*`, `pre-installed`, `false`), and a Node resource in
 state would fight them on every update. Instead the stack renders the desired labels per pool into a ConfigMap
 and the agent (node_images/node-agent) applies them to its own node, keeping every run-time value it finds.
+
+The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver.py): the document
+names each driver DaemonSet's template digest, and an agent replaces its own node's outdated driver pod only while
+it holds a slot of the fleet's one disruption budget (`removal`), which also paces driver handovers, deploy-label
+removals and MIG relayouts.
 """
 
 from __future__ import annotations
@@ -33,15 +38,20 @@ from components.catalogs import consts
 from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset
 from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
-from components.config import NodePool
+from components.config import NodePool, Upgrade
 
 NAME = "gpu-stack-node-labeler"
 CONFIGMAP = "gpu-stack-node-pools"
 CONFIG_KEY = "node-pools.json"
 CONFIG_DIR = "/etc/gpu-stack"
+# The fleet's disruption budget, created and written by the agents alone (node_images/node-agent).
+BUDGET_CONFIGMAP = "gpu-stack-upgrade-budget"
 # 2 adds `removal`: deploy labels leave a node no faster than the upgrade's budget, and never from under GPU
 # work unless the upgrade drains (node agent 0.4.0 and later; 0.3.0 refuses version 2 and changes no label).
-CONFIG_VERSION = 2
+# 3 makes `removal` the fleet's one disruption budget with the upgrade's settings, and adds `drivers`, each driver
+# DaemonSet's template digest: the agent performs driver upgrades (node agent 0.6.0 and later; older agents
+# refuse version 3 and change nothing, which components/config/cluster.py refuses before that can happen).
+CONFIG_VERSION = 3
 
 AGENT_SECURITY = SecurityContextArgs(
     run_as_non_root=True,
@@ -83,32 +93,73 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool, driver_daemonset
 
 @dataclass(frozen=True)
 class Removal:
-    """How fast deploy labels may leave nodes when a pool is renamed or removed or a node leaves its pool: at most
-    `max_unavailable` nodes at once (the upgrade's budget), never under running GPU work unless `drain`. The agents
-    share the budget through Leases in `namespace`, where they also hand orphaned driver pods over."""
+    """The fleet's one disruption budget and how a node goes through a change under it. At most `max_unavailable`
+    nodes (a count, or "N%" of the GPU nodes with a managed driver) are out of service at once for anything the
+    agents do: a driver upgrade (`driver_upgrade` "rolling"), a handover to another driver DaemonSet, a deploy
+    label removal, a MIG relayout; `max_parallel_upgrades` caps it further (0: no cap of its own). `paused` starts
+    no new disruption. A node whose new driver is not Ready within `node_ready_timeout_seconds` stays cordoned and
+    halts the rollout. The agents share the budget through a ConfigMap they create in `namespace` at run time."""
 
     max_unavailable: Union[int, str]
+    max_parallel_upgrades: int
+    paused: bool
     drain: bool
+    drain_pod_selector: str
+    drain_timeout_seconds: int
+    gpu_pod_eviction: bool
+    driver_upgrade: str
+    node_ready_timeout_seconds: int
     namespace: str
 
+    @classmethod
+    def of(cls, upgrade: Upgrade, namespace: str) -> "Removal":
+        drain = upgrade.drain
+        return cls(
+            max_unavailable=upgrade.max_unavailable,
+            max_parallel_upgrades=upgrade.max_parallel_upgrades,
+            paused=upgrade.paused,
+            drain=drain.enabled,
+            drain_pod_selector=drain.pod_selector,
+            drain_timeout_seconds=drain.timeout_seconds,
+            gpu_pod_eviction=upgrade.gpu_pod_eviction,
+            driver_upgrade=upgrade.strategy,
+            node_ready_timeout_seconds=upgrade.node_ready_timeout_seconds,
+            namespace=namespace,
+        )
+
     def as_json(self) -> dict:
-        return {"maxUnavailable": self.max_unavailable, "drain": self.drain, "namespace": self.namespace}
+        return {
+            "maxUnavailable": self.max_unavailable,
+            "maxParallelUpgrades": self.max_parallel_upgrades,
+            "paused": self.paused,
+            "drain": self.drain,
+            "drainPodSelector": self.drain_pod_selector,
+            "drainTimeoutSeconds": self.drain_timeout_seconds,
+            "gpuPodEviction": self.gpu_pod_eviction,
+            "driverUpgrade": self.driver_upgrade,
+            "nodeReadyTimeoutSeconds": self.node_ready_timeout_seconds,
+            "namespace": self.namespace,
+        }
 
 
 def agent_config(
     pools: Sequence[NodePool],
     *,
     driver_daemonsets: Mapping[str, str],
+    driver_digests: Mapping[str, str],
     device_plugin_configs: bool,
     removal: Removal,
     sandbox_mode: str = "kubevirt",
 ) -> dict:
-    """The document the agent reads; pool order is match order (first match wins)."""
+    """The document the agent reads; pool order is match order (first match wins). `driver_digests`: every driver
+    DaemonSet of the stack and its `gpu-stack/template-digest`, the template the agent upgrades a node to once the
+    DaemonSet in the cluster carries it."""
     return {
         "version": CONFIG_VERSION,
         "gpuNodeLabels": list(consts.NFD_GPU_LABELS),
         "managedDeployLabels": [consts.deploy_label(c) for c in consts.ALL_DEPLOY_COMPONENTS],
         "removal": removal.as_json(),
+        "drivers": dict(driver_digests),
         "pools": [
             {
                 "name": pool.name,
@@ -125,16 +176,25 @@ def agent_config(
     }
 
 
-# Nodes: its own labels. Pods: the GPU work on its node (cluster-wide, by field selector), which a removal must not
-# pull the operands from under, and eviction of it when the upgrade drains. Leases: the shared removal budget;
-# deleting pods: handing an orphaned driver pod over to its new DaemonSet.
+# Nodes: its own labels, and cordoning it through a driver upgrade. Pods: the GPU work on its node (cluster-wide,
+# by field selector, watched while the node waits for it to end), which a change must not pull the operands from
+# under, and eviction of it when the upgrade evicts or drains.
 CLUSTER_RULES = (
     rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
-    rule([""], ["pods"], ["list"]),
+    rule([""], ["pods"], ["list", "watch"]),
     rule([""], ["pods/eviction"], ["create"]),
 )
+# In the operands' namespace. The budget ConfigMap, which the agents create at run time (Pulumi never declares it,
+# or a `pulumi up` would reset the slots in use): `create` cannot be limited to a name, get and update can. Driver
+# pods: deleting a node's outdated one is the upgrade (and a handover). DaemonSets and ControllerRevisions: whether
+# the driver DaemonSet in the cluster already carries the template the document names, and which pods are of it.
+# Leases: the removal budget of agents before 0.6.0, which still run while the agent DaemonSet itself rolls.
 ROLE_RULES = (
     rule([""], ["pods"], ["get", "list", "delete"]),
+    rule([""], ["configmaps"], ["create"]),
+    rule([""], ["configmaps"], ["get", "update"], [BUDGET_CONFIGMAP]),
+    rule(["apps"], ["daemonsets"], ["get"]),
+    rule(["apps"], ["controllerrevisions"], ["list"]),
     rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "delete"]),
 )
 
@@ -163,6 +223,7 @@ class NodeLabeler(pulumi.ComponentResource):
         image: str,
         pools: Sequence[NodePool],
         driver_daemonsets: Mapping[str, str],
+        driver_digests: Mapping[str, str],
         device_plugin_configs: bool,
         removal: Removal,
         sandbox_mode: str,
@@ -176,6 +237,7 @@ class NodeLabeler(pulumi.ComponentResource):
         document = agent_config(
             pools,
             driver_daemonsets=driver_daemonsets,
+            driver_digests=driver_digests,
             device_plugin_configs=device_plugin_configs,
             removal=removal,
             sandbox_mode=sandbox_mode,

@@ -1,20 +1,24 @@
 """`driver-waves`: driver upgrades in ordered waves, each wave behind the gates of the wave before it.
 
 What the operator's upgrade controller does with node state labels and a requeue loop (fact sheet §5.2), done
-with Pulumi dependencies. Every driver DaemonSet belongs to `state-driver`; for each pool of a wave that a later
-wave waits for, this component renders a gate Job on that pool, and the later wave's DaemonSets depend on the
-gates of every pool of the wave before them. Pulumi awaits a Job, so a wave's DaemonSets are not touched before
-the previous wave's gates completed:
+with Pulumi dependencies and the node agents. Pulumi decides when a wave's driver DaemonSets get their new
+template; the DaemonSets are OnDelete, and the node agents then replace each node's outdated driver pod within the
+fleet's one disruption budget (`upgrade.maxUnavailable`, shared by every wave, pool and DaemonSet:
+components/states/driver.py). Every driver DaemonSet belongs to `state-driver`; for each pool of a wave that a
+later wave waits for, this component renders a gate Job on that pool, and the later wave's DaemonSets depend on
+the gates of every pool of the wave before them. Pulumi awaits a Job, so a wave's DaemonSets are not touched
+before the previous wave's gates completed:
 
     wave 1 DaemonSets ──► gates(wave 1 pools) ──► wave 2 DaemonSets ──► gates(wave 2 pools) ──► ...
 
 A gate is named after its pool (`gpu-stack-gate-<pool>`, components/kit/naming.py), never after its wave: renaming or
 reordering waves, or moving a pool to another wave, changes which gates a DaemonSet waits for, not what anything
-is called. A gate (node agent `wait-validated`, strict) completes once its pool's driver DaemonSet finished its
-rolling update and the validator is Ready on every node of the pool (and at least `expectedNodes` of them, when
-the pool declares it); it fails at once on a crash-looping or unpullable validator or driver, and when the
-pool's `timeoutSeconds` pass, leaving the later waves untouched. A gate's Job is replaced (re-run) whenever its
-pool's DaemonSet changes; a pool whose DaemonSet did not change passes without a run. The last wave is judged by
+is called. A gate (node agent `wait-validated`, strict) completes once every driver pod of its pool runs its
+DaemonSet's current template (the agents replaced the outdated ones) and the validator is Ready on every node of
+the pool (and at least `expectedNodes` of them, when the pool declares it); it fails at once on a crash-looping or
+unpullable validator or driver, and when the pool's `timeoutSeconds` pass, leaving the later waves untouched. A
+gate's Job is replaced (re-run) whenever its pool's DaemonSet changes; a pool whose DaemonSet did not change passes
+without a run. The last wave is judged by
 `stack-validation`, which names every driver DaemonSet.
 """
 
@@ -43,7 +47,7 @@ GATE_POOL_LABEL = "gpu-stack/validates-pool"
 
 
 def gate_digest(target: DriverTarget, upgrade: Upgrade) -> str:
-    """Changes exactly when the pool's DaemonSet changes the way it rolls out."""
+    """Changes exactly when the pool's DaemonSet or the budget it is rolled within changes."""
     material = {
         "target": asdict(target),
         "managerEnv": driver_manager_env(upgrade),

@@ -13,18 +13,29 @@ A driver DaemonSet is deleted with orphan propagation: when a pool is renamed or
 at the upgrade's pace. Because DRIVER_CONFIG_DIGEST is the same when the image is, the new pod's
 k8s-driver-manager keeps the loaded driver (fast path, fact sheet §4.1) instead of reinstalling it.
 
-Updates (`gpu-stack:upgrade`): `rolling` renders RollingUpdate with maxUnavailable, and each new driver pod's
-k8s-driver-manager evicts GPU pods (and drains, if enabled) before it swaps the driver, after the node agent's
-`wait-for-completion` init container let the node's jobs finish when `upgrade.waitForCompletion` is set; `manual`
-renders OnDelete. The driver container is Ready only once the node's validator wrote all its files (a readinessProbe,
-which the operator lets `driver.readinessProbe` configure): a rolling update then moves to the next node when
-this one can run GPU work again, not when its modules are merely loaded, so maxUnavailable bounds the nodes
-out of service, validation included. Nothing else reads the driver pod's readiness. No node carries `nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the
-driver manager does the eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
+Updates (`gpu-stack:upgrade`): every driver DaemonSet is OnDelete, whatever the strategy, so the DaemonSet
+controller never replaces a driver pod by itself. With `rolling` the node agent (the labeller's DaemonSet,
+node_images/node-agent) performs the upgrade: it replaces its own node's outdated driver pod only while it holds a
+slot of the fleet's one disruption budget (`upgrade.maxUnavailable`, capped by `maxParallelUpgrades`, shared by
+every pool, driver DaemonSet and wave through the `gpu-stack-upgrade-budget` ConfigMap the agents create at run
+time), cordoning the node until the new driver is Ready. With `manual` nothing changes on a node until someone
+deletes its driver pod. Each new driver pod's k8s-driver-manager evicts GPU pods (and drains, if enabled) before it
+swaps the driver, after the node agent's `wait-for-completion` init container let the node's jobs finish when
+`upgrade.waitForCompletion` is set. The driver container is Ready only once the node's validator wrote all its files
+(a readinessProbe, which the operator lets `driver.readinessProbe` configure): the agent frees the node's slot when
+it can run GPU work again, not when its modules are merely loaded, so the budget bounds the nodes out of service,
+validation included.
+
+The agent tells an outdated pod by the DaemonSet's `gpu-stack/template-digest` annotation, which the node-pools
+document also names (components/kit/digest.py): a digest of the pod template as rendered, on the DaemonSet's
+metadata, never on the template, so adding it restarts no driver pod. No node carries
+`nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the driver manager does the
+eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
@@ -45,7 +56,7 @@ from pulumi_kubernetes.core.v1 import (
     ProbeArgs,
     VolumeArgs,
 )
-from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
+from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components.catalogs import consts
@@ -55,6 +66,7 @@ from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED,
     PRIVILEGED_S0,
+    DaemonSetParts,
     Operands,
     also_after,
     child_opts,
@@ -63,12 +75,14 @@ from components.kit.builders import (
     host_path,
     meta,
     mount,
-    operand_daemonset,
+    operand_daemonset_parts,
+    register_daemonset,
 )
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import Upgrade
 from components.kit.driver_extensions import pod_extensions, tuned, wait_for_completion_containers
+from components.kit.digest import template_digest
 from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
 from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
 
@@ -125,13 +139,10 @@ def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
     )
 
 
-def update_strategy(upgrade: Upgrade) -> DaemonSetUpdateStrategyArgs:
-    if upgrade.strategy == "manual":
-        return DaemonSetUpdateStrategyArgs(type="OnDelete")
-    # maxSurge stays 0: two driver pods on one node would unload each other's modules.
-    return DaemonSetUpdateStrategyArgs(
-        type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=upgrade.max_unavailable, max_surge=0)
-    )
+# OnDelete for `rolling` too: the node agent replaces each node's pod within the fleet budget, which a DaemonSet's own
+# maxUnavailable (one budget per DaemonSet, blind to the others and to the agents' other disruptions) cannot bound.
+UPDATE_STRATEGY = DaemonSetUpdateStrategyArgs(type="OnDelete")
+TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
 
 CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
@@ -160,17 +171,42 @@ VOLUMES = (
 )
 
 
-def driver_daemonset(
+@dataclass(frozen=True)
+class DriverDaemonSet:
+    """One driver DaemonSet as `Driver` registers it, and its template digest (its `gpu-stack/template-digest`
+    annotation, which the node-pools document also carries): planned once, before any state is created, because
+    `node-labeling` comes before `state-driver` in the state order."""
+
+    target: DriverTarget
+    parts: DaemonSetParts
+    digest: str
+
+
+def plan_driver_daemonsets(
+    ops: Operands,
+    targets: Sequence[DriverTarget],
+    upgrade: Upgrade,
+    validated_files: ValidatedFiles,
+    settings: DriverSettings = DriverSettings(),
+) -> list[DriverDaemonSet]:
+    plans = []
+    for target in targets:
+        parts = driver_daemonset_parts(ops, target, upgrade, validated_files, settings)
+        digest = template_digest(parts.spec.template)
+        plans.append(DriverDaemonSet(target, parts.annotated({TEMPLATE_DIGEST_ANNOTATION: digest}), digest))
+    return plans
+
+
+def driver_daemonset_parts(
     ops: Operands,
     target: DriverTarget,
     upgrade: Upgrade,
     validated_files: ValidatedFiles,
-    opts: pulumi.ResourceOptions,
     settings: DriverSettings = DriverSettings(),
-) -> k8s.apps.v1.DaemonSet:
-    """One driver DaemonSet; its ServiceAccount and startup-probe ConfigMap come from `Driver`, its extensions
-    (licence, repositories, CAs, module parameters, secretEnv, extra volumes, probe timings, host network) from
-    `settings`."""
+) -> DaemonSetParts:
+    """One driver DaemonSet's metadata and spec, pure; its ServiceAccount and startup-probe ConfigMap come from
+    `Driver`, its extensions (licence, repositories, CAs, module parameters, secretEnv, extra volumes, probe
+    timings, host network) from `settings`."""
     ext = pod_extensions(settings, target.os_tag, precompiled=target.precompiled)
     node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     digest = config_digest(target)
@@ -296,7 +332,7 @@ def driver_daemonset(
                 ]
             )
         )
-    return operand_daemonset(
+    return operand_daemonset_parts(
         target.daemonset,
         ops,
         deploy_component="driver",
@@ -310,7 +346,7 @@ def driver_daemonset(
         host_pid=True,
         host_network=settings.host_network or None,
         affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
-        update_strategy=update_strategy(upgrade),
+        update_strategy=UPDATE_STRATEGY,
         # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
         init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
         containers=[driver, *gpudirect_containers(target, ext)],
@@ -322,7 +358,6 @@ def driver_daemonset(
             ),
             *ext.volumes,
         ],
-        opts=opts,
     )
 
 
@@ -332,7 +367,8 @@ def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
 
 
 class Driver(pulumi.ComponentResource):
-    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and every driver DaemonSet.
+    """`state-driver`: RBAC and startup probe for every driver DaemonSet, and every driver DaemonSet (planned by
+    `plan_driver_daemonsets`).
 
     A DaemonSet of a later upgrade wave also waits for the gates of the wave before it (`waits_for`, resources the
     `driver-waves` state creates further on). `ordering` is what the next state waits for: everything but those."""
@@ -345,10 +381,7 @@ class Driver(pulumi.ComponentResource):
         name: str,
         *,
         ops: Operands,
-        targets: Sequence[DriverTarget],
-        upgrade: Upgrade,
-        validated_files: ValidatedFiles,
-        settings: DriverSettings = DriverSettings(),
+        planned: Sequence[DriverDaemonSet],
         waits_for: Optional[dict[str, Sequence[pulumi.Input[pulumi.Resource]]]] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
@@ -366,13 +399,16 @@ class Driver(pulumi.ComponentResource):
         waits_for = waits_for or {}
         self.daemonsets = {}
         self.ordering = [*rbac.resources, probe]
-        for target in targets:
-            gates = list(waits_for.get(target.daemonset, ()))
+        for plan in planned:
+            name_ = plan.target.daemonset
+            gates = list(waits_for.get(name_, ()))
             opts_ = pulumi.ResourceOptions.merge(
                 ds_opts, pulumi.ResourceOptions(depends_on=gates, aliases=[naming.former_wave_parent()])
             )
-            daemonset = driver_daemonset(ops, target, upgrade, validated_files, opts_, settings)
-            self.daemonsets[target.daemonset] = daemonset
+            daemonset = register_daemonset(name_, plan.parts, opts_)
+            self.daemonsets[name_] = daemonset
             if not gates:
                 self.ordering.append(daemonset)
-        self.register_outputs({"daemonsets": [t.daemonset for t in targets], "images": [t.image for t in targets]})
+        self.register_outputs(
+            {"daemonsets": [p.target.daemonset for p in planned], "images": [p.target.image for p in planned]}
+        )

@@ -7,8 +7,6 @@ import re
 from typing import Any, Mapping
 
 from components.config import NAMESPACE, node_images
-from components.config.cluster import _SEMVER_TAG
-from components.config.upgrade import WAIT_FOR_COMPLETION_AGENT
 from components.kit import naming
 from components.kit.driver_targets import sanitize_kernel
 from gpustack.importer.common import ImportInputError, _show, int_or_percent, shown_input, truthy
@@ -117,34 +115,20 @@ class DriverMixin:
             self._manager_env(manager_env, superseded=False)
             return
         self.put("upgrade.strategy", "rolling", origin="spec.driver.upgradePolicy.autoUpgrade")
+        # Both carried as they are: gpu-stack's budget is the operator's, fleet-wide, a percentage of the GPU nodes
+        # with a managed driver, and maxParallelUpgrades 0 is unlimited in both.
+        unavailable = int_or_percent(s.get("driver.upgradePolicy.maxUnavailable"))
         parallel = s.get("driver.upgradePolicy.maxParallelUpgrades")
-        unavailable = str(s.peek("driver.upgradePolicy.maxUnavailable"))
-        if parallel == 0:
-            s.use("driver.upgradePolicy.maxUnavailable")
-            value: Any = int_or_percent(unavailable)
-        elif unavailable.endswith("%"):
-            value = parallel
-            if parallel == 1:
-                # The operator rounds a percentage of the GPU nodes up, so one node at a time stays one.
-                s.without_effect("driver.upgradePolicy.maxUnavailable", "a percentage never bounds maxParallelUpgrades 1 "
-                                                                        "further (the operator rounds it up)")
-            else:
-                s.use("driver.upgradePolicy.maxUnavailable")
-                self.report("spec.driver.upgradePolicy.maxUnavailable", unavailable,
-                            f"gpu-stack bounds a rolling driver update by one number; it takes maxParallelUpgrades "
-                            f"({parallel}), which the operator further capped at {unavailable} of the GPU nodes")
-        else:
-            s.use("driver.upgradePolicy.maxUnavailable")
-            value = min(parallel, int(unavailable))
-        self.put("upgrade.maxUnavailable", value, origin="spec.driver.upgradePolicy.maxParallelUpgrades")
+        self.put("upgrade.maxUnavailable", unavailable, origin="spec.driver.upgradePolicy.maxUnavailable")
+        self.put("upgrade.maxParallelUpgrades", parallel, origin="spec.driver.upgradePolicy.maxParallelUpgrades")
+        self.report("spec.driver.upgradePolicy.maxUnavailable", unavailable,
+                    "counted differently: the operator also counts nodes cordoned or NotReady for any other reason "
+                    "against it, so a cluster with nodes down for maintenance upgraded fewer at once; gpu-stack counts "
+                    "only the nodes it takes out of service itself")
         self.report("spec.driver.upgradePolicy.autoUpgrade", True,
-                    "semantics differ: gpu-stack has no upgrade controller. The driver DaemonSet rolls (RollingUpdate, "
-                    f"maxUnavailable {value}) and each new driver pod's k8s-driver-manager evicts GPU pods (and drains, "
-                    "if enabled) before it swaps the driver; nodes are not cordoned across the whole upgrade and there "
-                    "is no upgrade-failed state to resume from")
-        self.report("spec.driver.upgradePolicy.maxParallelUpgrades", parallel,
-                    f"semantics differ: imported as upgrade.maxUnavailable {value}, the DaemonSet's bound on driver pods "
-                    "being replaced at once; the operator counted nodes in its upgrade state machine, cordoned ones included")
+                    "a failed node differs: the operator marks it upgrade-failed and goes on with other nodes while the "
+                    "budget allows; gpu-stack's node agent keeps it cordoned and halts the rollout until it is fixed "
+                    "(upgrade.nodeReadyTimeoutSeconds)")
         wait = {}
         selector = s.get("driver.upgradePolicy.waitForCompletion.podSelector")
         timeout = s.raw("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
@@ -191,17 +175,8 @@ class DriverMixin:
         self._manager_env(manager_env, superseded=True)
 
     def _wait_for_completion(self, wait: dict[str, Any]) -> None:
-        """upgrade.waitForCompletion runs as a node agent subcommand: carried when --node-agent-image has it."""
-        image = self.facts.node_agent_image
-        found = None if "@" in image else _SEMVER_TAG.fullmatch(image.rpartition(":")[2])
-        if found and tuple(int(part) for part in found.groups()) < WAIT_FOR_COMPLETION_AGENT:
-            minimum = ".".join(map(str, WAIT_FOR_COMPLETION_AGENT))
-            for key, value in wait.items():
-                self.report(f"spec.driver.upgradePolicy.waitForCompletion.{key}", value,
-                            f"gpu-stack waits for these pods with the node agent's wait-for-completion step, which "
-                            f"--node-agent-image {found.group(0)} lacks: import with node agent {minimum} or later to "
-                            "carry it as upgrade.waitForCompletion")
-            return
+        """upgrade.waitForCompletion runs as a node agent step, which every agent the configuration admits has (an
+        older --node-agent-image is refused by nodeAgent.image when the result is checked)."""
         self.put("upgrade.waitForCompletion", wait, origin="spec.driver.upgradePolicy.waitForCompletion")
 
     def _manager_env(self, env: Mapping[str, Any], *, superseded: bool) -> None:

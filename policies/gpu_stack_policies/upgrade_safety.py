@@ -5,14 +5,17 @@ Checked on the rendered driver DaemonSets (a stack policy, because the canary ru
 
 * k8s-driver-manager evicts GPU pods (`ENABLE_GPU_POD_EVICTION=true`) or drains (`ENABLE_AUTO_DRAIN=true`);
   with neither, a driver swap unloads modules in use and fails, or worse, runs under them.
-* A rolling update's maxUnavailable stays within `maxUnavailablePercent` (percentages) and
-  `maxUnavailableCount` (counts) of the policy config.
+* Driver DaemonSets are OnDelete: the node agents replace driver pods within the fleet's one disruption budget,
+  which a DaemonSet rolling by itself (RollingUpdate) would go around.
+* That budget, `removal.maxUnavailable` of the node-pools document the agents read, stays within
+  `maxUnavailablePercent` (percentages) and `maxUnavailableCount` (counts) of the policy config.
 * With more than one pool on a deployed driver, the driver DaemonSets belong to at least two upgrade waves (some
   wait for a gate Job that others do not), so a gate holds the rest back until the first wave validated.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ReportViolation, StackValidationArgs, StackValidationPolicy
@@ -28,14 +31,14 @@ CONFIG_SCHEMA = PolicyConfigSchema(
     properties={
         "maxUnavailablePercent": {
             "type": "integer",
-            "description": "Largest percentage maxUnavailable a driver DaemonSet may roll with.",
+            "description": "Largest percentage of the GPU nodes the fleet's driver upgrade budget may take out at once.",
             "minimum": 1,
             "maximum": 100,
             "default": DEFAULT_MAX_PERCENT,
         },
         "maxUnavailableCount": {
             "type": "integer",
-            "description": "Largest node count maxUnavailable a driver DaemonSet may roll with.",
+            "description": "Largest node count the fleet's driver upgrade budget may take out at once.",
             "minimum": 1,
             "default": DEFAULT_MAX_COUNT,
         },
@@ -50,12 +53,27 @@ def _budget_problem(value: Any, max_percent: int, max_count: int) -> str | None:
         number = text[:-1]
         if number.isdigit() and int(number) <= max_percent:
             return None
-        return f"rolls with maxUnavailable {text}, above the {max_percent}% this stack allows"
+        return f"takes out up to maxUnavailable {text}, above the {max_percent}% this stack allows"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= max_count:
         return None
     if text.isdigit() and 1 <= int(text) <= max_count:
         return None
-    return f"rolls with maxUnavailable {text}, above the {max_count} nodes this stack allows"
+    return f"takes out up to maxUnavailable {text}, above the {max_count} nodes this stack allows"
+
+
+def _fleet_budget(resources: list) -> tuple[Any, Any]:
+    """The labeller's ConfigMap and the fleet budget its document gives the node agents (None, None without one;
+    an unreadable document is the node-pools policies' to report)."""
+    for resource in objects.resources_by_kind(resources, "ConfigMap"):
+        raw = objects.config_map_data(resource.props).get(objects.NODE_POOLS_KEY)
+        if raw is None:
+            continue
+        try:
+            document = json.loads(str(raw))
+        except ValueError:
+            return None, None
+        return resource, objects.mapping(objects.mapping(document).get("removal")).get("maxUnavailable")
+    return None, None
 
 
 def validate(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -73,11 +91,19 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
                 driver.resource.urn,
             )
         strategy = objects.mapping(objects.mapping(driver.resource.props.get("spec")).get("updateStrategy"))
-        if strategy.get("type") == "RollingUpdate":
-            value = objects.mapping(strategy.get("rollingUpdate")).get("maxUnavailable", 1)
-            problem = _budget_problem(value, max_percent, max_count)
-            if problem:
-                report(f"{driver.what} {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", driver.resource.urn)
+        # An absent strategy is RollingUpdate to the API server.
+        if strategy.get("type", "RollingUpdate") != "OnDelete":
+            report(
+                f"{driver.what} has updateStrategy {strategy.get('type', 'RollingUpdate')}: the DaemonSet controller "
+                "replaces its driver pods by itself, outside the node agents' fleet budget; fix: render it with "
+                "gpu-stack (OnDelete)",
+                driver.resource.urn,
+            )
+    document, budget = _fleet_budget(resources)
+    if sets and document is not None and budget is not None:
+        problem = _budget_problem(budget, max_percent, max_count)
+        if problem:
+            report(f"the fleet's driver upgrade budget {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", document.urn)
     _, pools = objects.find_pools(resources)
     deployed = drivers.driver_pools(pools)
     graph = Graph(resources)
@@ -94,7 +120,7 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
 
 POLICY = StackValidationPolicy(
     name=NAME,
-    description="[medium: upgrades disrupt more than they must] Driver upgrades evict or drain GPU pods, keep maxUnavailable bounded, and start with a canary wave.",
+    description="[medium: upgrades disrupt more than they must] Driver upgrades evict or drain GPU pods, stay within the fleet's bounded maxUnavailable, and start with a canary wave.",
     enforcement_level=EnforcementLevel.ADVISORY,
     validate=validate,
     config_schema=CONFIG_SCHEMA,
