@@ -263,6 +263,20 @@ def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str
         if change.action == REPLACE and change.kind in WORKLOAD_REFERENCED:
             found.append(("referenced-deleted", f"{change.label} is replaced (deleted, then created), and running "
                           "workloads stand on it"))
+    found += _cluster_dangers(result)
+    return found
+
+
+def _cluster_dangers(result: Plan) -> list[tuple[str, str]]:
+    """A Kubernetes provider replaced (its clusterIdentifier, the stack's cluster.name, changed): the engine replaces
+    every object the provider manages, which the per-object view above cannot see."""
+    found = []
+    for change in result.changes:
+        if change.action == REPLACE and change.type == PROVIDER_TYPE:
+            found.append(("cluster-replaced", f"the Kubernetes provider is replaced ({'; '.join(change.reasons)}): every "
+                          "object of the stack is replaced (deleted and re-created), so the drivers leave every node at "
+                          "once and every operand restarts, and protected objects refuse it partway; a rotated kubeconfig "
+                          "needs no new cluster.name, and another cluster needs a stack of its own"))
     return found
 
 

@@ -38,7 +38,7 @@ _IMAGE_VERSIONS = {
 DESCRIPTIONS: dict[str, str] = {
     # --- cluster ---------------------------------------------------------------------------------------------
     "cluster": "The cluster this stack manages, and how the stack's explicit Kubernetes provider reaches it.",
-    "cluster.name": "The cluster's name; also the Kubernetes provider's `clusterIdentifier`, so a rotated kubeconfig never replaces every object.",
+    "cluster.name": "The cluster's name; also the Kubernetes provider's `clusterIdentifier`, so a rotated kubeconfig never replaces every object. Changing it does: every object of the stack is deleted and re-created, the drivers leaving every node, so `gpustack diff` flags it as `cluster-replaced`. Never rename a live stack's cluster.",
     "cluster.context": "The kubeconfig context of this stack's cluster.",
     "cluster.kubeconfig": "The path of the kubeconfig file; unset, the kubeconfig default. Contents are refused here (they hold credentials): they go in the secret key `kubeconfig`.",
     "cluster.kubernetesVersions": "The Kubernetes versions the cluster runs (and will run); `python -m gpustack check` schema-checks every object against each, and the `resource.k8s.io` version of DRA objects is the newest all of them serve.",

@@ -54,6 +54,17 @@ def test_driver_daemonsets_rolling_in_one_wave_are_safe_under_the_one_budget(tmp
     assert "SAFE" in out and "!! dangerous" not in out
 
 
+def test_a_new_cluster_name_replaces_every_object_and_is_refused_unless_allowed(tmp_path, capsys):
+    renamed = edited_stack(tmp_path, "prod-managed", lambda c: c["gpu-stack:cluster"].update(name="prod-eu2"))
+    base = str(ROOT / "stacks" / "Pulumi.prod-managed.yaml")
+    code, out = run(capsys, "--stack", str(renamed), "--base", base)
+    assert code == 1, out
+    assert "dangerous [cluster-replaced]: the Kubernetes provider is replaced (clusterIdentifier prod-eu1 -> prod-eu2" in out
+    assert "every object of the stack is replaced (deleted and re-created)" in out and "--allow cluster-replaced" in out
+    code, out = run(capsys, "--stack", str(renamed), "--base", base, "--allow", "cluster-replaced")
+    assert code == 0 and "allowed: cluster-replaced" in out
+
+
 def test_a_renamed_pool_hands_its_nodes_to_a_new_daemonset_and_prints_urns(tmp_path, capsys):
     def rename(config: dict) -> None:
         pool = config["gpu-stack:nodePools"][0]
