@@ -118,8 +118,13 @@ class Slots:
             return decision
         body = budget.with_holder(current, namespace, self.node_name, reason, self.now(), fresh, **extra)
         if self._write(namespace, body, create=current is None):
+            held = len(budget.holders(self.last))
             self.log({"level": "info", "event": "slot-acquired", "node": self.node_name, "reason": reason,
-                      "holders": len(budget.holders(self.last)), "slots": limits.slots(count)})
+                      "holders": held, "slots": limits.slots(count)})
+            if held < limits.slots(count):
+                # Room is left (two freed slots woke the same node, or the budget grew): pass it on now rather
+                # than leave it empty until some waiting node's poll.
+                self.wake_one()
             return budget.HOLDING
         # Lost the race, or the answer to our own write was lost: the budget as it is now says which.
         return budget.HOLDING if self.node_name in budget.holders(self.read(namespace)) else budget.FULL
