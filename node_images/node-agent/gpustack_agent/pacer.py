@@ -63,6 +63,7 @@ class Pacer:
         self.holding: str | None = None
         self.resumed = False
         self.revisions: dict[tuple[str, str], str] = {}
+        self.config_digests: dict[tuple[str, str], str | None] = {}
         self.evicted: set[str] = set()
         self._drain_started: float | None = None
         self._restart_started: float | None = None
@@ -280,6 +281,7 @@ class Pacer:
                     namespace=namespace, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
                 revisions = kube.as_dict(self.apps, result).get("items") or []
             revision = upgrade.current_revision(found, revisions, digest)
+            self.config_digests[key] = upgrade.revision_config_digest(revisions, revision or "")
             if revision is None:
                 # Pulumi has not written that template yet (a later wave's DaemonSet waits for the gates before
                 # it), or the controller has not seen it: look again on the waiting nodes' jittered schedule, so
@@ -327,7 +329,9 @@ class Pacer:
             return
         old = upgrade.outdated_pod(operands, daemonset, revision)
         if old is not None:
-            if not self._drain_for_upgrade(node, rules):
+            if upgrade.keeps_driver(old, self.config_digests.get((daemonset, driver[1]))):
+                self._notice("info", "driver-restart", reason="same driver install: no cordon, no eviction")
+            elif not self._drain_for_upgrade(node, rules):
                 return
             self._delete_pod(rules.namespace, podinfo.name(old), "out of date: its DaemonSet has a new template")
             self._restart_started = self.clock()

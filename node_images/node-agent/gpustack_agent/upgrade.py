@@ -67,6 +67,35 @@ def current_revision(daemonset: Mapping[str, Any] | None, revisions: Sequence[Ma
     return labels.get(REVISION_HASH_LABEL) or str((newest.get("metadata") or {}).get("name", "")).rpartition("-")[2]
 
 
+CONFIG_DIGEST_ENV = "DRIVER_CONFIG_DIGEST"
+
+
+def _config_digest(pod_spec: Mapping[str, Any]) -> str | None:
+    for container in (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or []):
+        for variable in container.get("env") or []:
+            if variable.get("name") == CONFIG_DIGEST_ENV and isinstance(variable.get("value"), str):
+                return variable["value"]
+    return None
+
+
+def revision_config_digest(revisions: Sequence[Mapping[str, Any]], revision: str) -> str | None:
+    """DRIVER_CONFIG_DIGEST of the template at ``revision`` (a ControllerRevision's data holds the template)."""
+    for candidate in revisions:
+        labels = (candidate.get("metadata") or {}).get("labels") or {}
+        if labels.get(REVISION_HASH_LABEL) == revision:
+            template = ((candidate.get("data") or {}).get("spec") or {}).get("template") or {}
+            return _config_digest(template.get("spec") or {})
+    return None
+
+
+def keeps_driver(pod: Mapping[str, Any], new_config_digest: str | None) -> bool:
+    """Whether replacing ``pod`` keeps the loaded driver: k8s-driver-manager's fast path (fact sheet §4.1, §5.3
+    step 6) when the install's DRIVER_CONFIG_DIGEST is unchanged, e.g. a new pull secret or agent image. Then no GPU
+    work needs to leave: the node is not cordoned and nothing is evicted."""
+    old = _config_digest(pod.get("spec") or {})
+    return old is not None and old == new_config_digest
+
+
 def outdated_pod(node_pods: Sequence[Mapping[str, Any]], daemonset: str, revision: str) -> Mapping[str, Any] | None:
     """The node's driver pod of ``daemonset`` that is not at ``revision`` (and not already going), if any."""
     for pod in driver_pods(node_pods, daemonset):

@@ -206,7 +206,7 @@ class FakeCluster:
         return set(((self.budget(namespace) or {}).get("data") or {}))
 
     def put_daemonset(self, name: str, digest: str, revision: str, *, namespace: str = NAMESPACE,
-                      observed: bool = True) -> None:
+                      observed: bool = True, config_digest: str | None = None) -> None:
         """A driver DaemonSet whose template (digest) is at `revision`: generation, ControllerRevision and all."""
         current = self.daemonsets.get((namespace, name))
         generation = int((current or {}).get("metadata", {}).get("generation", 0)) + 1
@@ -222,7 +222,9 @@ class FakeCluster:
         }
         number = 1 + max((int(r["revision"]) for r in self.revisions
                           if r["metadata"]["ownerReferences"][0]["name"] == name), default=0)
-        self.revisions.append({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": number, "data": {"spec": {"template": {"$patch": "replace"}}},
+        self.revisions.append({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": number, "data": {"spec": {"template": {"$patch": "replace", "spec": {"containers": [
+                                   {"name": "nvidia-driver-ctr",
+                                    "env": [{"name": "DRIVER_CONFIG_DIGEST", "value": config_digest or revision}]}]}}}},
                                "metadata": {"name": f"{name}-{revision}", "namespace": namespace,
                                             "labels": {"app": name, "controller-revision-hash": revision},
                                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",

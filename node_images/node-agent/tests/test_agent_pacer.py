@@ -284,8 +284,8 @@ def test_a_percentage_budget_is_resolved_against_the_managed_driver_nodes_by_met
     # 50% of 3 nodes with a managed driver, rounded up.
     assert holders(cluster) == {NODE, SECOND}
     assert cluster.budget()["metadata"]["annotations"]["gpu-stack/gpu-nodes"] == "3"
-    listed = cluster.core.list_node.call_args.kwargs
-    assert listed["label_selector"] == "gpu-stack/driver" and "PartialObjectMetadataList" in listed["_headers"]["Accept"]
+    counted = [c.kwargs for c in cluster.core.list_node.call_args_list if c.kwargs["label_selector"] == "gpu-stack/driver"]
+    assert counted and all("PartialObjectMetadataList" in c["_headers"]["Accept"] for c in counted)
 
 
 def test_a_lost_answer_to_taking_a_slot_is_found_by_the_next_read(load_fixture, paced_config, clock):
@@ -399,6 +399,20 @@ def test_an_outdated_driver_is_replaced_on_a_cordoned_node_and_the_node_uncordon
     assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "upgrade-done"
     assert "nvidia.com/gpu-driver-upgrade-enabled" not in node["metadata"]["annotations"]
     assert holders(cluster) == set()
+
+
+def test_a_new_template_with_the_same_driver_install_restarts_the_pod_without_cordon_or_eviction(
+        load_fixture, paced_config, clock):
+    config = version3(paced_config)
+    cluster = upgrade_cluster(load_fixture, config)
+    cluster.pods[0]["spec"]["containers"][0]["env"] = [{"name": "DRIVER_CONFIG_DIGEST", "value": "same"}]
+    cluster.put_daemonset(A100_DRIVER, "aaaa0002", "rev2", config_digest="same")  # a new agent image, say
+    agent = Agent(cluster, NODE, clock)
+
+    assert agent.reconcile(config) is True
+    assert cluster.deleted == ["gpu-operator/driver-old"] and cluster.evicted == []
+    assert "unschedulable" not in cluster.nodes[NODE]["spec"]
+    assert holders(cluster) == {NODE}, "still within the budget: the operands pause while the pod restarts"
 
 
 def test_a_manual_upgrade_never_deletes_a_driver_pod(load_fixture, paced_config, clock):
