@@ -140,9 +140,11 @@ class Wave(_Model):
 class Upgrade(_Model):
     """How a driver change reaches the nodes. Driver DaemonSets are OnDelete; with `rolling` the node agent replaces
     each node's outdated driver pod itself, cordoning the node, while it holds a slot of the fleet's one disruption
-    budget (`maxUnavailable`, capped by `maxParallelUpgrades`), and each new driver pod's k8s-driver-manager evicts
-    GPU pods (and drains, if enabled) before it swaps the driver. `manual`: nothing changes on a node until someone
-    deletes its driver pod."""
+    budget (`maxUnavailable`, capped by `maxParallelUpgrades`): it cordons the node, evicts its GPU pods (or waits for
+    them to end without `gpuPodEviction`), deletes the old driver pod and uncordons once the new one is validated, as
+    the operator's upgrade controller does; a new template that installs the same driver (same DRIVER_CONFIG_DIGEST)
+    only restarts the pod. With `manual`, nothing changes on a node until someone deletes its driver pod, and then
+    its k8s-driver-manager evicts and drains by these settings."""
 
     strategy: Literal["rolling", "manual"] = "rolling"
     max_unavailable: Union[int, str] = 1

@@ -245,11 +245,11 @@ class Pacer:
         return bool(work)
 
     def _drained(self, node: Mapping[str, Any], rules: labels.Removal) -> bool:
-        """Cordon, then evict the GPU work the drain selects, each pod once; True when none is left."""
+        """Cordon, then evict the GPU work the drain selects, each pod once; True when no GPU work is left at all:
+        a pod the selector spares is never evicted, and is waited for instead of pulled from under."""
         if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
             self._patch(node, upgrade.cordon_patch(node, upgrade.DRAINING))
-        work = [p for p in removal.gpu_work(self._pods(), rules.namespace)
-                if removal.selected(p, rules.drain_pod_selector)]
+        work = removal.gpu_work(self._pods(), rules.namespace)
         if not work:
             return True
         if self._drain_started is None:
@@ -258,7 +258,7 @@ class Pacer:
             self._fail(node, rules, f"GPU pods still running after {rules.drain_timeout_seconds}s of eviction: "
                                     f"{', '.join(removal.named_pods(work)['pods'])}")
             return False
-        self._evict(work)
+        self._evict([p for p in work if removal.selected(p, rules.drain_pod_selector)])
         return False
 
     # --- driver upgrades --------------------------------------------------------------------------------

@@ -190,6 +190,10 @@ def test_a_drain_leaves_pods_its_selector_does_not_select(load_fixture, paced_co
 
     agent.reconcile(config)
     assert cluster.evicted == ["ml-team/train-0"]
+    cluster.settle()
+    agent.reconcile(config)
+    assert cluster.evicted == ["ml-team/train-0"]
+    assert cluster.node_labels(NODE)[EXPORTER] == "true", "the spared pod still holds GPUs: waited for, not pulled"
 
 
 def test_a_cordon_someone_else_set_is_never_lifted(load_fixture, paced_config, clock):
