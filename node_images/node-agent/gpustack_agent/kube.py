@@ -18,10 +18,11 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import backoff, drift, gate, inventory, labelcheck, labels, pods
+from . import podwatch
 from .podwatch import await_pods
 
 # The client would otherwise send a dict body as a strategic merge patch; the
@@ -74,19 +75,7 @@ def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> None:
 def watch_node(core: Any, name: str, timeout_seconds: int, resource_version: str | None) -> Iterator[dict[str, Any]]:
     """Events for one node as ``{"type": ..., "object": <node dict>}`` until the
     server ends the watch after ``timeout_seconds``."""
-    kwargs: dict[str, Any] = {
-        "field_selector": f"metadata.name={name}",
-        "timeout_seconds": int(timeout_seconds),
-        "_request_timeout": timeout_seconds + WATCH_CLIENT_SLACK_SECONDS,
-    }
-    if resource_version:
-        kwargs["resource_version"] = resource_version
-    watcher = watch.Watch()
-    try:
-        for event in watcher.stream(core.list_node, **kwargs):
-            yield {"type": event["type"], "object": event["raw_object"]}
-    finally:
-        watcher.stop()
+    return podwatch.watch_events(core.list_node, f"metadata.name={name}", timeout_seconds, resource_version)
 
 
 def list_nodes(core: Any, label_selector: str, request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> list[dict[str, Any]]:

@@ -13,11 +13,12 @@ Watcher = Callable[[Any, str, int, Optional[str]], Any]
 HEALTHY, SHORT, NEUTRAL = "healthy", "short", "neutral"
 
 
-def watch_node_pods(core: Any, name: str, timeout_seconds: int, resource_version: str | None
-                    ) -> Iterator[dict[str, Any]]:
-    """Events of the pods on one node, every namespace, until the server ends the watch after ``timeout_seconds``."""
+def watch_events(list_call: Callable[..., Any], field_selector: str, timeout_seconds: int,
+                 resource_version: str | None) -> Iterator[dict[str, Any]]:
+    """Events of what ``list_call`` lists under ``field_selector``, as ``{"type": ..., "object": <dict>}``, until
+    the server ends the watch after ``timeout_seconds``."""
     kwargs: dict[str, Any] = {
-        "field_selector": f"spec.nodeName={name}",
+        "field_selector": field_selector,
         "timeout_seconds": int(timeout_seconds),
         "_request_timeout": timeout_seconds + WATCH_CLIENT_SLACK_SECONDS,
     }
@@ -25,10 +26,16 @@ def watch_node_pods(core: Any, name: str, timeout_seconds: int, resource_version
         kwargs["resource_version"] = resource_version
     watcher = watch.Watch()
     try:
-        for event in watcher.stream(core.list_pod_for_all_namespaces, **kwargs):
+        for event in watcher.stream(list_call, **kwargs):
             yield {"type": event["type"], "object": event["raw_object"]}
     finally:
         watcher.stop()
+
+
+def watch_node_pods(core: Any, name: str, timeout_seconds: int, resource_version: str | None
+                    ) -> Iterator[dict[str, Any]]:
+    """Events of the pods on one node, every namespace."""
+    return watch_events(core.list_pod_for_all_namespaces, f"spec.nodeName={name}", timeout_seconds, resource_version)
 
 
 def await_pods(core: Any, node_name: str, timeout: int, wants: Callable[[Mapping[str, Any]], bool],

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import Recorder, fake_api, model, stop_after
-from gpustack_agent import gate, kube, labels
+from gpustack_agent import gate, kube, labels, podwatch
 
 NODE_NAME = "ip-10-0-12-34.ec2.internal"
 
@@ -66,7 +66,7 @@ def test_list_calls_select_server_side(load_fixture):
 
 def test_watch_node_watches_only_its_own_node(fresh_node):
     core = fake_api()
-    with mock.patch.object(kube.watch, "Watch") as watch_cls:
+    with mock.patch.object(podwatch.watch, "Watch") as watch_cls:
         watch_cls.return_value.stream.return_value = iter(
             [{"type": "MODIFIED", "object": object(), "raw_object": fresh_node}]
         )
