@@ -11,7 +11,7 @@ pool, the next 20 % of the pools, the rest) and `upgrade.maxUnavailable` set to 
   document the agents read. The agents are simulated with the constants of node_images/node-agent: a node of a
   wave whose DaemonSet changed finds out on its jittered schedule (`slots.waiting_poll_seconds`), then waits for a
   slot; it takes one when its poll finds room or when a node giving one back wakes it (one of the first
-  `WAKE_CANDIDATES` waiting nodes, at random). A holder is cordoned, its job evicted (terminationGracePeriod), its
+  `slots.wake_candidates` waiting nodes, at random). A holder is cordoned, its job evicted (terminationGracePeriod), its
   driver pod deleted; the new pod's k8s-driver-manager stops the operands and unloads, the driver starts (startup
   probe), the validator runs, the readiness probe passes, and the agent, watching its pods, uncordons and gives the
   slot back. A wave ends when its gate sees every node validated; then Pulumi updates the next wave's DaemonSets.
@@ -267,7 +267,7 @@ def simulate_gpu_stack(nodes: list[Node], rollout: Rollout, steps: StepTimes = S
                     disrupted.append((now, now + took))
                     counts["holds"] += 1
                     push(now + took, "release", name)
-                    candidates = sorted(waiting)[:slots.WAKE_CANDIDATES]
+                    candidates = sorted(waiting)[:slots.wake_candidates(limit)]
                     if len(holders) < limit and candidates:
                         # room left after taking a slot: the taker passes it on (slots.Slots.acquire)
                         counts["wakes"] += 1
@@ -281,7 +281,7 @@ def simulate_gpu_stack(nodes: list[Node], rollout: Rollout, steps: StepTimes = S
                 by_name[name] = None  # type: ignore[assignment]
                 remaining -= 1
                 done_at = max(done_at, now)
-                candidates = sorted(waiting)[:slots.WAKE_CANDIDATES]
+                candidates = sorted(waiting)[:slots.wake_candidates(limit)]
                 if candidates:
                     counts["wakes"] += 1
                     target = candidates[int(rng.random() * len(candidates))]

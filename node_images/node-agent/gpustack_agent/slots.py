@@ -28,9 +28,15 @@ WAITING_POLLS_PER_SECOND = 5.0
 WAITING_POLL_MIN_SECONDS = 30.0
 WAITING_POLL_MAX_SECONDS = 1800.0
 COUNT_TTL_SECONDS = 600.0
-# A node that frees a slot wakes one of the first this many waiting nodes (by name), picked at random so that two
-# nodes freeing slots at once rarely wake the same one.
+# A node that frees a slot wakes one of the first N waiting nodes (by name), picked at random, N the budget's slots
+# within these bounds: a whole batch of holders frees its slots within seconds, and picking among fewer nodes than
+# slots would wake the same few again and again.
 WAKE_CANDIDATES = 20
+MAX_WAKE_CANDIDATES = 500
+
+
+def wake_candidates(slots: int | None) -> int:
+    return min(MAX_WAKE_CANDIDATES, max(WAKE_CANDIDATES, slots or 0))
 WAKE_ANNOTATION = "gpu-stack/upgrade-wake"
 UPGRADE_STATE_LABEL = "gpu-stack/upgrade-state"
 WAITING = "upgrade-required"
@@ -57,6 +63,8 @@ class Slots:
         self.clock = clock
         self.rng = rng
         self.last: dict[str, Any] | None = None
+        # The budget's slots as last resolved, to size the wake's pick.
+        self.slots: int | None = None
         # (count epoch, when this agent first saw it on its own clock): a count is stale by this node's watch alone.
         self._count_seen: tuple[str | None, float] | None = None
 
@@ -113,6 +121,7 @@ class Slots:
             count = len(names)
             fresh = (count, budget.next_epoch(current))
             current = self._pruned(namespace, current, names)
+        self.slots = limits.slots(count)
         decision = budget.decide(current, self.node_name, limits, count)
         if decision != budget.ACQUIRE:
             return decision
@@ -177,7 +186,7 @@ class Slots:
         """Nudge one node ``selector`` selects (by default a waiting one) with an annotation its own watch sees, so
         a freed slot is taken in a second rather than at the next poll; best effort, the polls are the safety net."""
         try:
-            waiting = nodenames.list_node_names(self.core, selector, limit=WAKE_CANDIDATES)
+            waiting = nodenames.list_node_names(self.core, selector, limit=wake_candidates(self.slots))
             waiting = [n for n in waiting if n != self.node_name]
             if not waiting:
                 return
