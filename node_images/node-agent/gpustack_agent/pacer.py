@@ -233,6 +233,7 @@ class Pacer:
                 self._patch(node, {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.CHANGING}}})
             self._notice("info", "slot-holding", reason=self.holding, waitingFor=reasons)
             return
+        node = kube.get_node(self.core, self.node_name)  # not a stale event's copy: see _upgrade_step
         self._patch(node, upgrade.finish_patch(node))
         self._release(rules)
 
@@ -322,6 +323,9 @@ class Pacer:
         if upgrade.upgraded(operands, daemonset, revision):
             if self._failed:
                 self.slots.mark(rules.namespace, None)
+            # Read fresh: the pass may run on a watch event older than this agent's own cordon, and finishing from
+            # it would leave the node cordoned.
+            node = kube.get_node(self.core, self.node_name)
             self._patch(node, upgrade.finish_patch(node))
             self.log({"level": "info", "event": "driver-upgraded", "node": self.node_name, "daemonset": daemonset,
                       "revision": revision})

@@ -419,6 +419,21 @@ def test_a_new_template_with_the_same_driver_install_restarts_the_pod_without_co
     assert holders(cluster) == {NODE}, "still within the budget: the operands pause while the pod restarts"
 
 
+def test_finishing_on_a_stale_event_still_lifts_the_agents_own_cordon(load_fixture, paced_config, clock):
+    config = version3(paced_config)
+    cluster = upgrade_cluster(load_fixture, config, job=False)
+    cluster.put_daemonset(A100_DRIVER, "aaaa0002", "rev2")
+    agent = Agent(cluster, NODE, clock)
+    stale = copy.deepcopy(cluster.nodes[NODE])  # the watch's copy from before the cordon
+    agent.reconcile(config)
+    assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
+    cluster.settle()
+    cluster.add(driver_pod("driver-new", NODE, A100_DRIVER, revision="rev2", ready=True))
+
+    assert agent.pacer(stale, config) is False
+    assert "unschedulable" not in cluster.nodes[NODE]["spec"]
+
+
 def test_a_manual_upgrade_never_deletes_a_driver_pod(load_fixture, paced_config, clock):
     config = version3(paced_config, driverUpgrade="manual")
     cluster = upgrade_cluster(load_fixture, config)
