@@ -289,6 +289,9 @@ def evaluate(
     for key, entries in (("skipped", skipped), ("missingNodes", missing), ("failures", failures)):
         if entries:
             result[key] = entries
+    states = upgrade_states([every_node[n] for n in names] + [n for n in (every_node[s["node"]] for s in skipped)])
+    if states:
+        result["upgradeStates"] = states
     if sandbox:
         result["sandboxNodes"] = len(sandbox_names)
     if pools:
@@ -296,6 +299,20 @@ def evaluate(
     if daemonsets is not None:
         result["driverRollout"] = rollouts
     return result
+
+
+UPGRADE_STATE_LABEL = "gpu-stack/upgrade-state"
+
+
+def upgrade_states(nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many of ``nodes`` are in each ``gpu-stack/upgrade-state`` (the node agents' step in a change), so a
+    gate's verdict says where a rollout stands: waiting for a slot, draining, restarting, failed, done."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        state = ((node.get("metadata") or {}).get("labels") or {}).get(UPGRADE_STATE_LABEL)
+        if state:
+            counts[state] = counts.get(state, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def unavailable_result(error: str, pools: Sequence[str] = (), *, sandbox: bool = False) -> dict[str, Any]:

@@ -429,6 +429,8 @@ def run_gate(
                 progress["sandboxNodes"] = result["sandboxNodes"]
             if "driverRollout" in result:
                 progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
+            if "upgradeStates" in result:
+                progress["upgradeStates"] = result["upgradeStates"]
             log({"level": "info", "event": "poll", **progress})
             pause.reset()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:

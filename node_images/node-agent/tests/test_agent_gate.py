@@ -505,3 +505,18 @@ def test_unavailable_result_with_sandbox_validator_counts_no_vm_nodes():
     assert list(result) == ["status", "gpuNodes", "validatedNodes", "notValidated", "sandboxNodes", "error", "pools"]
     assert result["sandboxNodes"] == 0
     assert "sandboxNodes" not in gate.unavailable_result("connection refused", ["passthrough"])
+
+
+def test_the_verdict_counts_the_nodes_in_each_upgrade_state(load_fixture, validator_pods):
+    done = load_fixture("node-a100-labelled")
+    done["metadata"]["labels"]["gpu-stack/upgrade-state"] = "upgrade-done"
+    draining = renamed(load_fixture("node-a100-labelled"), "ip-10-0-12-98.ec2.internal")
+    draining["metadata"]["labels"]["gpu-stack/upgrade-state"] = "drain-required"
+    draining["spec"]["unschedulable"] = True  # cordoned by its agent: skipped, and still counted
+    waiting = renamed(load_fixture("node-a100-labelled"), "ip-10-0-12-99.ec2.internal")
+    waiting["metadata"]["labels"]["gpu-stack/upgrade-state"] = "upgrade-required"
+
+    result = evaluate([done, draining, waiting], validator_pods)
+
+    assert result["upgradeStates"] == {"drain-required": 1, "upgrade-done": 1, "upgrade-required": 1}
+    assert "upgradeStates" not in evaluate([load_fixture("node-a100-labelled")], validator_pods)
