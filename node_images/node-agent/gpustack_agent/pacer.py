@@ -136,11 +136,19 @@ class Pacer:
                 or (state == upgrade.WAITING and self.clock() >= self._next_poll))
         self._wake_looked = wake
         plan = removal.plan(node, config, self._operand_pods(rules.namespace) if look else ())
+        if not look and ((plan.patch or {}).get("metadata") or {}).get("labels", {}).get(labels.DRIVER_LABEL):
+            # A first gpu-stack/driver label: whether it hands the node over depends on its driver pod.
+            look = True
+            plan = removal.plan(node, config, self._operand_pods(rules.namespace))
         if plan.paced and plan.immediate is not None:
             # What needs no slot goes first, whatever becomes of the rest: a slot can take hours to come.
             self._apply(node, plan.immediate)
             node = kube.get_node(self.core, self.node_name)
             plan = removal.plan(node, config, self._operand_pods(rules.namespace) if look else ())
+        if not look and ((plan.patch or {}).get("metadata") or {}).get("labels", {}).get(labels.DRIVER_LABEL):
+            # A first gpu-stack/driver label: whether it hands the node over depends on its driver pod.
+            look = True
+            plan = removal.plan(node, config, self._operand_pods(rules.namespace))
         if not plan.paced:
             self._apply(node, plan.patch)
             if plan.patch is not None:

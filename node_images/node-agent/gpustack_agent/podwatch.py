@@ -27,6 +27,11 @@ def watch_events(list_call: Callable[..., Any], field_selector: str, timeout_sec
     watcher = watch.Watch()
     try:
         for event in watcher.stream(list_call, **kwargs):
+            # A blank or garbled line of the stream reaches us as an event without an object (or not as an event):
+            # skipped, not a failed pass; ERROR events (410 Gone) are still passed on for the caller to judge.
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not isinstance(
+                    event.get("raw_object"), dict):
+                continue
             yield {"type": event["type"], "object": event["raw_object"]}
     finally:
         watcher.stop()

@@ -113,6 +113,14 @@ def plan(node: Mapping[str, Any], config: Config, node_pods: Sequence[Mapping[st
         removing = frozenset(k for k, v in changes.items() if v is None and k in config.managed_deploy_labels)
         if DRIVER_LABEL in changes and labels.get(DRIVER_LABEL):
             driver_change = (labels[DRIVER_LABEL], changes[DRIVER_LABEL])
+        elif changes.get(DRIVER_LABEL):
+            # A node labelled before gpu-stack/driver existed: its driver pod's DaemonSet says which one serves it
+            # now, and moving it to another is a handover like any other, not a first label.
+            serving = {podinfo.owner(p, "DaemonSet") for p in node_pods
+                       if podinfo.is_driver_pod(p) and not podinfo.is_finished(p) and not podinfo.is_terminating(p)}
+            serving.discard(None)
+            if serving and changes[DRIVER_LABEL] not in serving:
+                driver_change = (sorted(serving)[0], changes[DRIVER_LABEL])
     mig_change = None
     if not operands_off and changes.get(MIG_CONFIG_LABEL) and labels.get(MIG_CONFIG_LABEL):
         mig_change = (labels[MIG_CONFIG_LABEL], changes[MIG_CONFIG_LABEL])

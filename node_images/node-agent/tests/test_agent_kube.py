@@ -64,6 +64,18 @@ def test_list_calls_select_server_side(load_fixture):
     assert pods[1]["status"]["initContainerStatuses"][1]["state"]["running"]
 
 
+def test_a_blank_or_garbled_watch_line_is_skipped_not_a_failed_pass(fresh_node):
+    core = fake_api()
+    with mock.patch.object(podwatch.watch, "Watch") as watch_cls:
+        # What the client makes of a blank line and of a line that is not an event.
+        watch_cls.return_value.stream.return_value = iter(
+            [{"type": None, "object": None, "raw_object": None}, "garbage", {"type": "MODIFIED", "raw_object": "x"},
+             {"type": "MODIFIED", "object": object(), "raw_object": fresh_node}])
+        events = list(kube.watch_node(core, NODE_NAME, 60, None))
+
+    assert [e["object"]["metadata"]["name"] for e in events] == [fresh_node["metadata"]["name"]]
+
+
 def test_watch_node_watches_only_its_own_node(fresh_node):
     core = fake_api()
     with mock.patch.object(podwatch.watch, "Watch") as watch_cls:

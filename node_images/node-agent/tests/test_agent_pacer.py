@@ -499,6 +499,22 @@ def test_the_first_driver_label_is_added_at_once(load_fixture, pool_config, pace
     assert cluster.budget() is None and cluster.deleted == []
 
 
+def test_a_first_driver_label_naming_another_daemonset_than_the_nodes_driver_pod_waits_for_a_slot(
+        load_fixture, pool_config, paced_config, clock):
+    # Labelled by an agent before 0.4.0, and its pool renamed in the same `pulumi up`: its driver pod belongs to the
+    # old pool's DaemonSet, so the first label is a handover.
+    cluster = FakeCluster([driver_deployed(a100_node(load_fixture, pool_config))],
+                          [driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, A100_DRIVER)])
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
+        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
+        "data": {SECOND: '{"reason":"driver-upgrade"}'}}
+    agent = Agent(cluster, NODE, clock)
+
+    assert agent.reconcile(with_a100_renamed(paced_config)) is False
+    assert "gpu-stack/driver" not in cluster.node_labels(NODE)
+    assert cluster.node_labels(NODE)["gpu-stack/upgrade-state"] == "upgrade-required"
+
+
 # --- driver handover -----------------------------------------------------------------------------------------
 
 
