@@ -15,9 +15,9 @@ A gate is named after its pool (`gpu-stack-gate-<pool>`, components/kit/naming.p
 reordering waves, or moving a pool to another wave, changes which gates a DaemonSet waits for, not what anything
 is called. A gate (node agent `wait-validated`, strict) completes once every driver pod of its pool runs its
 DaemonSet's current template (the agents replaced the outdated ones) and the validator is Ready on every node of
-the pool (and at least `expectedNodes` of them, when the pool declares it); it fails at once on a crash-looping or
-unpullable validator or driver, and when the pool's `timeoutSeconds` pass, leaving the later waves untouched. A
-gate's Job is replaced (re-run) whenever its pool's DaemonSet changes; a pool whose DaemonSet did not change passes
+the pool (and at least `expectedNodes` of them, when the pool declares it); it fails as soon as a validator or
+driver crash-loops (restarts between two polls) or stays unpullable for three minutes (a registry blip is not a
+failure), and when the pool's `timeoutSeconds` pass, leaving the later waves untouched. A gate's Job is replaced (re-run) whenever its pool's DaemonSet changes; a pool whose DaemonSet did not change passes
 without a run. The last wave is judged by
 `stack-validation`, which names every driver DaemonSet.
 """

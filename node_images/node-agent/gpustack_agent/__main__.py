@@ -86,7 +86,8 @@ GATE_HELP = f"""environment:
                    (default {kube.DEFAULT_TERMINATION_MESSAGE_PATH})
 
 Cordoned and NotReady nodes are skipped. A validator or driver pod that cannot start
-(CrashLoopBackOff, ImagePullBackOff, ...) on two polls in a row fails the gate at once.
+(CrashLoopBackOff, ImagePullBackOff, ...) fails the gate once it restarted between two polls
+or kept failing for {gate.FAILURE_CONFIRM_SECONDS} s.
 In strict mode only `validated` exits 0; judging no GPU node at all is a failure there.
 """
 WAIT_HELP = f"""environment:

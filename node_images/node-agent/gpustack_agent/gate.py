@@ -165,25 +165,59 @@ def skip_reason(node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pod_failures(pod_list: Sequence[Mapping[str, Any]], nodes: set[str]) -> list[dict[str, str]]:
-    """``{node, pod, container, reason}`` for each container of the pods on ``nodes`` that cannot start (see
-    :func:`pods.container_failures`). A terminating pod is the previous rollout's and is left out."""
+# A failure seen for this long without clearing is one: longer than the kubelet's first image-pull back-offs
+# (10, 20, 40, 80 s), so a registry's rate limit during a fleet rollout does not fail `pulumi up`.
+FAILURE_CONFIRM_SECONDS = 180
+
+
+def _restarts(pod: Mapping[str, Any], container: str) -> int:
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        if entry.get("name") == container:
+            return int(entry.get("restartCount") or 0)
+    return 0
+
+
+def pod_failures(pod_list: Sequence[Mapping[str, Any]], nodes: set[str]) -> list[dict[str, Any]]:
+    """``{node, pod, container, reason, restarts}`` for each container of the pods on ``nodes`` that cannot start
+    (see :func:`pods.container_failures`). A terminating pod is the previous rollout's and is left out."""
     found = []
     for pod in pod_list:
         node = podinfo.node_name(pod)
         if node in nodes and not podinfo.is_terminating(pod):
-            found += [{"node": node, "pod": podinfo.name(pod), **f} for f in podinfo.container_failures(pod)]
+            found += [{"node": node, "pod": podinfo.name(pod), **f, "restarts": _restarts(pod, f["container"])}
+                      for f in podinfo.container_failures(pod)]
     return sorted(found, key=lambda f: (f["node"], f["pod"], f["container"]))
 
 
+def _key(failure: Mapping[str, Any]) -> tuple[str, str, str]:
+    return failure["node"], failure["pod"], failure["container"]
+
+
+def with_first_sighting(failures: Sequence[dict[str, Any]], previous: Mapping[str, Any] | None,
+                        now: float) -> list[dict[str, Any]]:
+    """``failures``, each with ``since``: when the gate first saw it (seconds on its own clock), carried over from
+    the ``previous`` poll for the same container of the same pod."""
+    first = {_key(f): f.get("since", now) for f in (previous or {}).get("failures") or []}
+    return [{**f, "since": first.get(_key(f), round(now, 1))} for f in failures]
+
+
 def confirmed_failures(
-    failures: Sequence[Mapping[str, str]], previous: Mapping[str, Any] | None
-) -> list[Mapping[str, str]]:
-    """The ``failures`` the ``previous`` poll's result already reported for the same container of the same pod.
-    One sighting can be a blip (a registry that answered ErrImagePull once); two polls in a row are not. The
-    reason may change in between: ErrImagePull and ImagePullBackOff alternate for one image that cannot be had."""
-    seen = {(f["node"], f["pod"], f["container"]) for f in (previous or {}).get("failures") or []}
-    return [f for f in failures if (f["node"], f["pod"], f["container"]) in seen]
+    failures: Sequence[Mapping[str, Any]], previous: Mapping[str, Any] | None, now: float = 0.0
+) -> list[Mapping[str, Any]]:
+    """The ``failures`` that are not a blip: the container restarted since the ``previous`` poll (a crash loop), or
+    it has been failing for FAILURE_CONFIRM_SECONDS. The reason may change in between: ErrImagePull and
+    ImagePullBackOff alternate for one image that cannot be had."""
+    before = {_key(f): f for f in (previous or {}).get("failures") or []}
+    confirmed = []
+    for failure in failures:
+        seen = before.get(_key(failure))
+        if seen is None:
+            continue
+        restarted = int(failure.get("restarts") or 0) > int(seen.get("restarts") or 0)
+        if restarted or now - float(failure.get("since", now)) >= FAILURE_CONFIRM_SECONDS:
+            confirmed.append(failure)
+    return confirmed
 
 
 def missing_nodes(
@@ -213,6 +247,7 @@ def evaluate(
     driver_pods: Sequence[Mapping[str, Any]] = (),
     expected_nodes: Mapping[str, int] | None = None,
     previous: Mapping[str, Any] | None = None,
+    now: float = 0.0,
 ) -> dict[str, Any]:
     """Verdict for ``nodes`` (already selected by ``node_selector(pools)``) given the
     validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR) and, when the
@@ -227,7 +262,8 @@ def evaluate(
     Cordoned and NotReady nodes are listed in ``skipped`` and not judged. Each pool of ``expected_nodes`` needs
     at least that many validated nodes (``missingNodes`` otherwise). A validator pod, or a ``driver_pods`` pod
     owned by one of ``daemonsets``, that cannot start on a judged node is listed in ``failures``; seen in the
-    ``previous`` poll's result too, it makes the status ``failed``."""
+    ``previous`` poll's result too and restarted since, or failing for FAILURE_CONFIRM_SECONDS by ``now`` (the
+    gate's own clock), it makes the status ``failed``."""
     sandbox = sandbox_nodes is not None
     if pools:
         # The server already selected by pool; checking again here keeps the verdict
@@ -263,9 +299,9 @@ def evaluate(
                             expected_nodes or {})
     watched = [*pods, *(sandbox_pods if sandbox else ()),
                *(p for p in driver_pods if podinfo.owner(p, "DaemonSet") in (daemonsets or {}))]
-    failures = pod_failures(watched, set(names))
+    failures = with_first_sighting(pod_failures(watched, set(names)), previous, now)
 
-    if confirmed_failures(failures, previous):
+    if confirmed_failures(failures, previous, now):
         status = FAILED
     # no-gpu-nodes ends polling in advisory mode, so a driver DaemonSet that has
     # not finished (or not even been created yet) rules it out.

@@ -382,9 +382,10 @@ def run_gate(
     the VM nodes (sandbox-validator deploy label) are judged too, by their
     nvidia-sandbox-validator pods in ``namespace``. ``expected_nodes`` (pool -> count) is
     how many validated nodes each of those pools needs. The verdict is settled early when
-    validated, or failed (a validator or driver pod that cannot start, seen on two polls in
-    a row). The verdict also goes to ``termination_message_path``, cut to the kubelet's limit."""
-    deadline = clock() + timeout_seconds
+    validated, or failed (a validator or driver pod that cannot start, restarted between two
+    polls or failing for gate.FAILURE_CONFIRM_SECONDS). The verdict also goes to ``termination_message_path``, cut to the kubelet's limit."""
+    started = clock()
+    deadline = started + timeout_seconds
     result: dict[str, Any] | None = None
     last_error = "no poll completed"
     pause = backoff.Backoff(rng)
@@ -418,7 +419,7 @@ def run_gate(
                 driver_pods = list_pods(core, namespace, pods.DRIVER_POD_SELECTOR, request_timeout)
             result = gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
                                    sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
-                                   expected_nodes=expected_nodes, previous=result)
+                                   expected_nodes=expected_nodes, previous=result, now=clock() - started)
             progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
                         "validatedNodes": result["validatedNodes"]}
             for key, count_key in (("skipped", "skippedNodes"), ("failures", "failures"),
