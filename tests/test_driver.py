@@ -375,7 +375,10 @@ def test_the_canary_gate_judges_the_canary_pools_and_daemonsets_strictly():
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-stack-wave-gate"
     role = objects(render_stack("prod-precompiled"), "Role")["gpu-stack-wave-gate"]
     daemonset_rule = next(r for r in role["rules"] if r["resources"] == ["daemonsets"])
-    assert daemonset_rule == {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": [CANARY]}
+    # its wave's drivers, and the validator whose rollout must be done before its pods vouch for a node
+    assert daemonset_rule == {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"],
+                              "resourceNames": [CANARY, "nvidia-operator-validator"]}
+    assert env["VALIDATOR_DAEMONSETS"] == "nvidia-operator-validator"
 
 
 def test_the_gate_reruns_exactly_when_its_pools_daemonset_changes():

@@ -44,6 +44,8 @@ from components.kit.rbac import rbac_set, rule
 from components.config import NodePool
 from components.kit.node_labeler import AGENT_SECURITY
 from components.states.validator import NAME as VALIDATOR
+from components.states.dra_validator import NAME as DRA_VALIDATOR
+from components.states.sandbox_validator import NAME as SANDBOX_VALIDATOR
 
 NAME = "gpu-stack-validation"
 RESULT_ANNOTATION = "gpu-stack/validation"
@@ -137,6 +139,13 @@ def gate_job(
     )
 
 
+def validator_daemonsets(*, container: bool = True, sandbox: bool = False, dra: bool = False) -> list[str]:
+    """The validator DaemonSets whose pods a gate judges: their own rollout must be finished too, or a Ready pod of
+    the old template would vouch for a node (the node agent's VALIDATOR_DAEMONSETS)."""
+    return [name for name, judged in ((VALIDATOR, container), (SANDBOX_VALIDATOR, sandbox), (DRA_VALIDATOR, dra))
+            if judged]
+
+
 class ValidationGate(pulumi.ComponentResource):
     job: k8s.batch.v1.Job
     result: pulumi.Output[Any]
@@ -160,8 +169,8 @@ class ValidationGate(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:ValidationGate", name, None, opts)
         child = child_opts(self, depends_on)
         role_rules, cluster_rules = gate_rules([NAME])
-        if driver_daemonsets:
-            role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted(driver_daemonsets)))
+        validators = validator_daemonsets(sandbox=sandbox_validator, dra=dra_validator)
+        role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted({*driver_daemonsets, *validators})))
         rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.job = gate_job(
             NAME,
@@ -175,6 +184,7 @@ class ValidationGate(pulumi.ComponentResource):
             extra_env=[
                 # every wave's drivers, the last one's included: the stack is validated once they all rolled
                 *([env("DRIVER_DAEMONSETS", ",".join(driver_daemonsets))] if driver_daemonsets else []),
+                env("VALIDATOR_DAEMONSETS", ",".join(validators)),
                 *expected_nodes_env(pools),
                 *([env("SANDBOX_VALIDATOR", "true")] if sandbox_validator else []),
                 # DRA nodes run the DRA validator, whose pods carry the operator validator's app label

@@ -39,7 +39,7 @@ from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
 from components.kit.driver_targets import DriverTarget
 from components.states.driver import driver_manager_env
-from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules
+from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
 
 NAME = "gpu-stack-wave-gate"
 GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"
@@ -81,8 +81,10 @@ class DriverWaves(pulumi.ComponentResource):
         target_of = {pool: t for t in targets for pool in t.pools}
         job_names = [naming.pool_gate(p.name) for p in gated_pools]
         role_rules, cluster_rules = gate_rules(job_names)
-        watched = sorted({target_of[p.name].daemonset for p in gated_pools})
-        role_rules.append(rule(["apps"], ["daemonsets"], ["get"], watched))
+        watched = {target_of[p.name].daemonset for p in gated_pools}
+        for pool in gated_pools:
+            watched.update(validator_daemonsets(dra=target_of[pool.name].dra))
+        role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted(watched)))
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.gates = {}
@@ -99,6 +101,7 @@ class DriverWaves(pulumi.ComponentResource):
                 extra_env=[
                     env("POOLS", pool.name),
                     env("DRIVER_DAEMONSETS", target.daemonset),
+                    env("VALIDATOR_DAEMONSETS", ",".join(validator_daemonsets(dra=target.dra))),
                     *expected_nodes_env([pool]),
                     *([env("DRA_VALIDATOR", "true")] if target.dra else []),
                 ],

@@ -74,6 +74,9 @@ GATE_HELP = f"""environment:
   DRIVER_DAEMONSETS
                    comma-separated DaemonSets in NAMESPACE that must also have finished
                    their rollout (default: none)
+  VALIDATOR_DAEMONSETS
+                   comma-separated validator DaemonSets in NAMESPACE whose rollout (unless
+                   OnDelete) must have finished, so no old-template validator vouches (default: none)
   SANDBOX_VALIDATOR
                    true: also judge VM nodes (nvidia.com/gpu.deploy.sandbox-validator=true)
                    by their nvidia-sandbox-validator pods in NAMESPACE (default: false)
@@ -225,6 +228,7 @@ class GateSettings:
     job_namespace: str
     pools: tuple[str, ...] = ()
     driver_daemonsets: tuple[str, ...] = ()
+    validator_daemonsets: tuple[str, ...] = ()
     sandbox_validator: bool = False
     dra_validator: bool = False
     expected_nodes: tuple[tuple[str, int], ...] = ()
@@ -249,6 +253,7 @@ class GateSettings:
             job_namespace=job_namespace,
             pools=pools,
             driver_daemonsets=_name_list(env, "DRIVER_DAEMONSETS", _is_object_name, "DaemonSet name"),
+            validator_daemonsets=_name_list(env, "VALIDATOR_DAEMONSETS", _is_object_name, "DaemonSet name"),
             sandbox_validator=_bool(env, "SANDBOX_VALIDATOR", False),
             dra_validator=_bool(env, "DRA_VALIDATOR", False),
             expected_nodes=_expected_nodes(env, pools),
@@ -420,6 +425,7 @@ def _run_gate(settings: GateSettings, clients: Clients) -> int:
         apps=apps,
         pools=settings.pools,
         driver_daemonsets=settings.driver_daemonsets,
+        validator_daemonsets=settings.validator_daemonsets,
         sandbox_validator=settings.sandbox_validator,
         dra_validator=settings.dra_validator,
         expected_nodes=dict(settings.expected_nodes),

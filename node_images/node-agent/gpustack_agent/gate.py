@@ -105,6 +105,12 @@ def daemonset_rollout(name: str, daemonset: Mapping[str, Any] | None) -> dict[st
     return rollout
 
 
+def rolls(daemonset: Mapping[str, Any]) -> bool:
+    """Whether the DaemonSet controller replaces its pods by itself (RollingUpdate, the default): an OnDelete
+    validator keeps its pods until someone deletes them, so its rollout is never waited for."""
+    return ((daemonset.get("spec") or {}).get("updateStrategy") or {}).get("type", "RollingUpdate") != "OnDelete"
+
+
 def _pending_init_container(pod: Mapping[str, Any]) -> str | None:
     """The init container the validator is stuck on: each one validates a stage
     (driver, toolkit, CUDA, plugin; for the sandbox validator VFIO, vGPU manager,
@@ -248,6 +254,7 @@ def evaluate(
     expected_nodes: Mapping[str, int] | None = None,
     previous: Mapping[str, Any] | None = None,
     now: float = 0.0,
+    validator_daemonsets: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Verdict for ``nodes`` (already selected by ``node_selector(pools)``) given the
     validator ``pods`` (already selected by VALIDATOR_POD_SELECTOR) and, when the
@@ -271,7 +278,10 @@ def evaluate(
         nodes = _in_pools(nodes, pools)
         sandbox_nodes = _in_pools(sandbox_nodes or (), pools)
     rollouts = [daemonset_rollout(name, ds) for name, ds in (daemonsets or {}).items()]
-    rolled_out = all(r["done"] for r in rollouts)
+    # A validator DaemonSet mid-rollout still has Ready pods of its old template, which vouch for nothing new.
+    validator_rollouts = [daemonset_rollout(name, ds) for name, ds in (validator_daemonsets or {}).items()
+                          if ds is not None and rolls(ds)]
+    rolled_out = all(r["done"] for r in rollouts + validator_rollouts)
 
     every_node = {(n.get("metadata") or {}).get("name", ""): n for n in [*nodes, *(sandbox_nodes or ())]}
     every_node.pop("", None)
@@ -334,6 +344,8 @@ def evaluate(
         result["pools"] = list(pools)
     if daemonsets is not None:
         result["driverRollout"] = rollouts
+    if any(not r["done"] for r in validator_rollouts):
+        result["validatorRollout"] = validator_rollouts
     return result
 
 

@@ -364,6 +364,7 @@ def run_gate(
     apps: Any = None,
     pools: Sequence[str] = (),
     driver_daemonsets: Sequence[str] = (),
+    validator_daemonsets: Sequence[str] = (),
     sandbox_validator: bool = False,
     dra_validator: bool = False,
     expected_nodes: Mapping[str, int] | None = None,
@@ -377,7 +378,8 @@ def run_gate(
 
     ``pools`` restricts the judged nodes to those node pools; ``driver_daemonsets``
     (DaemonSets in ``namespace``, read through ``apps``) must also have finished
-    their rollout before the verdict is ``validated``. With ``dra_validator`` the
+    their rollout before the verdict is ``validated``, and ``validator_daemonsets`` (those that
+    roll by themselves) too, so that no old-template validator pod vouches. With ``dra_validator`` the
     DRA nodes count as GPU nodes, judged by the DRA validator's pods. With ``sandbox_validator``
     the VM nodes (sandbox-validator deploy label) are judged too, by their
     nvidia-sandbox-validator pods in ``namespace``. ``expected_nodes`` (pool -> count) is
@@ -401,6 +403,10 @@ def run_gate(
                 # by validator pods listed before it finished.
                 daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout)
                               for name in driver_daemonsets}
+            validators = None
+            if validator_daemonsets:
+                validators = {name: read_daemon_set(apps, namespace, name, request_timeout)
+                              for name in validator_daemonsets}
             nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
             if dra_validator:
                 listed = {n["metadata"]["name"] for n in nodes}
@@ -419,7 +425,8 @@ def run_gate(
                 driver_pods = list_pods(core, namespace, pods.DRIVER_POD_SELECTOR, request_timeout)
             result = gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
                                    sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
-                                   expected_nodes=expected_nodes, previous=result, now=clock() - started)
+                                   expected_nodes=expected_nodes, previous=result, now=clock() - started,
+                                   validator_daemonsets=validators)
             progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
                         "validatedNodes": result["validatedNodes"]}
             for key, count_key in (("skipped", "skippedNodes"), ("failures", "failures"),

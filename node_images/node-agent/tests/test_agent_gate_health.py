@@ -379,3 +379,44 @@ def test_a_termination_message_that_cannot_be_written_changes_nothing_but_a_warn
     assert exit_code == 0 and result["status"] == "validated"
     assert log.records[-1]["event"] == "termination-message-failed"
     assert log.records[-1]["level"] == "warning"
+
+
+# --- validators of the current template --------------------------------------------------------------------------
+
+
+def validator_daemonset(desired: int, updated: int, strategy: str = "RollingUpdate") -> dict[str, Any]:
+    return {"metadata": {"name": "nvidia-operator-validator", "generation": 4},
+            "spec": {"updateStrategy": {"type": strategy}, "selector": {"matchLabels": {"app": "nvidia-operator-validator"}},
+                     "template": {"metadata": {"labels": {"app": "nvidia-operator-validator"}},
+                                  "spec": {"containers": [{"name": "nvidia-operator-validator"}]}}},
+            "status": {"observedGeneration": 4, "currentNumberScheduled": desired, "numberMisscheduled": 0,
+                       "numberReady": desired, "desiredNumberScheduled": desired, "updatedNumberScheduled": updated,
+                       "numberAvailable": desired}}
+
+
+def test_validator_pods_of_a_daemonset_mid_rollout_vouch_for_nothing(a100, validator_pods):
+    rolling = {"nvidia-operator-validator": validator_daemonset(desired=1, updated=0)}
+
+    result = evaluate([a100], validator_pods, validator_daemonsets=rolling)
+
+    assert result["status"] == "not-validated"
+    assert result["validatorRollout"][0]["reason"] == "updated 0/1"
+    done = {"nvidia-operator-validator": validator_daemonset(desired=1, updated=1)}
+    assert evaluate([a100], validator_pods, validator_daemonsets=done)["status"] == "validated"
+
+
+def test_an_ondelete_validator_is_judged_by_its_pods_alone(a100, validator_pods):
+    manual = {"nvidia-operator-validator": validator_daemonset(desired=1, updated=0, strategy="OnDelete")}
+
+    assert evaluate([a100], validator_pods, validator_daemonsets=manual)["status"] == "validated"
+
+
+def test_the_gate_reads_the_validator_daemonsets_it_is_told_to(a100, validator_pods):
+    apps = fake_api()
+    apps.read_namespaced_daemon_set.return_value = model(validator_daemonset(desired=1, updated=0), "V1DaemonSet")
+    core = core_listing([a100], {gate.VALIDATOR_POD_SELECTOR: validator_pods})
+
+    exit_code, result, _ = run(core, apps=apps, validator_daemonsets=("nvidia-operator-validator",))
+
+    assert exit_code == 1 and result["status"] == "not-validated"
+    assert apps.read_namespaced_daemon_set.call_args.kwargs["name"] == "nvidia-operator-validator"
