@@ -30,6 +30,9 @@ from . import backoff, kube
 
 # Names the node's cordon as this agent's, so it (and only it) uncordons the node.
 CORDON_ANNOTATION = "gpu-stack/wait-for-completion-cordoned"
+# A cordon a person sets on a node this agent already cordoned writes nothing the agent could see; this annotation
+# says to keep it (shared with the driver upgrade, upgrade.py).
+KEEP_CORDONED_ANNOTATION = "gpu-stack/keep-cordoned"
 FINISHED_PHASES = ("Succeeded", "Failed")
 # Matching pods are jobs that run for minutes to days: polled at first every FIRST_POLL_SECONDS, then less often,
 # never less often than every MAX_POLL_SECONDS, so the swap starts soon after the last one ends.
@@ -75,6 +78,9 @@ def uncordon_patch(node: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     if not owns_cordon(node):
         return None
     body: dict[str, Any] = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}, "spec": {"unschedulable": None}}
+    if KEEP_CORDONED_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {}):
+        # Someone asked for the node to stay cordoned while it waited: only the agent's record goes.
+        del body["spec"]
     resource_version = (node.get("metadata") or {}).get("resourceVersion")
     if resource_version:
         body["metadata"]["resourceVersion"] = resource_version

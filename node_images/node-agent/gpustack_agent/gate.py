@@ -307,9 +307,16 @@ def evaluate(
 
     missing = missing_nodes({n: every_node[n] for n in names}, {e["node"] for e in not_validated},
                             expected_nodes or {})
-    watched = [*pods, *(sandbox_pods if sandbox else ()),
-               *(p for p in driver_pods if podinfo.owner(p, "DaemonSet") in (daemonsets or {}))]
-    failures = with_first_sighting(pod_failures(watched, set(names)), previous, now)
+    watched = [*pods, *(sandbox_pods if sandbox else ())]
+    ours = [p for p in driver_pods if podinfo.owner(p, "DaemonSet") in (daemonsets or {})]
+    # A driver pod of the gate's own DaemonSets fails it wherever it runs, but on a node whose kubelet does not
+    # report: a node the agent cordoned for its upgrade, or whose validator the driver manager paused, is not
+    # judged for its validator, and its driver crash-looping must not wait for the gate's timeout.
+    not_reporting = {s["node"] for s in skipped if s["reason"] == NODE_NOT_READY}
+    driver_nodes = {podinfo.node_name(p) for p in ours} - not_reporting - {None}
+    failures = with_first_sighting(
+        sorted(pod_failures(watched, set(names)) + pod_failures(ours, driver_nodes),
+               key=lambda f: (f["node"], f["pod"], f["container"])), previous, now)
 
     if confirmed_failures(failures, previous, now):
         status = FAILED

@@ -36,6 +36,9 @@ CORDON_OWNER = "node-agent"
 # Read by k8s-driver-manager in the new driver pod (fact sheet §5.3): the agent has cordoned and evicted already,
 # so the driver manager neither evicts nor uncordons (which would lift the cordon before the new driver works).
 UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
+# A person who wants a node the agent cordoned to stay cordoned says so with this annotation: a hand `kubectl
+# cordon` of a node already cordoned changes nothing on it, so nothing else could tell the agent.
+KEEP_CORDONED_ANNOTATION = "gpu-stack/keep-cordoned"
 TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
 REVISION_HASH_LABEL = "controller-revision-hash"
 
@@ -143,6 +146,10 @@ def finish_patch(node: Mapping[str, Any], state: str = DONE) -> dict[str, Any]:
                                           "annotations": {UPGRADE_ENABLED_ANNOTATION: None}}}
     if cordoned_by_us(node):
         patch["metadata"]["annotations"][CORDON_ANNOTATION] = None
-        if unschedulable(node):
+        if unschedulable(node) and not keeps_cordon(node):
             patch["spec"] = {"unschedulable": None}
     return patch
+
+
+def keeps_cordon(node: Mapping[str, Any]) -> bool:
+    return KEEP_CORDONED_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {})

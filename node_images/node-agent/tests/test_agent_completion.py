@@ -203,6 +203,13 @@ def test_cordon_is_a_compare_and_swap_and_uncordon_only_lifts_the_agents_own():
         "metadata": {"annotations": {completion.CORDON_ANNOTATION: None}}, "spec": {"unschedulable": None}}
 
 
+def test_a_node_someone_asked_to_keep_cordoned_stays_cordoned_after_the_wait():
+    kept = {"metadata": {"annotations": {completion.CORDON_ANNOTATION: "true", "gpu-stack/keep-cordoned": "repair"}},
+            "spec": {"unschedulable": True}}
+
+    assert completion.uncordon_patch(kept) == {"metadata": {"annotations": {completion.CORDON_ANNOTATION: None}}}
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 WAIT_ENV = {"NODE_NAME": NODE, "WAIT_POD_SELECTOR": SELECTOR, "WAIT_TIMEOUT_SECONDS": "600",

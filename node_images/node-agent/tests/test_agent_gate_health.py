@@ -420,3 +420,18 @@ def test_the_gate_reads_the_validator_daemonsets_it_is_told_to(a100, validator_p
 
     assert exit_code == 1 and result["status"] == "not-validated"
     assert apps.read_namespaced_daemon_set.call_args.kwargs["name"] == "nvidia-operator-validator"
+
+
+def test_a_driver_pod_crash_looping_on_a_node_the_gate_does_not_judge_still_fails_it(load_fixture, a100,
+                                                                                     validator_pods):
+    daemonsets = {A100_DS: load_fixture("daemonsets-driver")["items"][0]}
+    paused = renamed(a100, "ip-10-0-12-77.ec2.internal")  # its validator paused: not among the judged nodes
+    crash = driver_pod("nvidia-driver-daemonset-a100-zzzzz", "ip-10-0-12-77.ec2.internal", A100_DS)
+    crash["status"]["containerStatuses"] = [container_status("nvidia-driver-ctr", waiting("CrashLoopBackOff"))]
+
+    first = evaluate([a100], validator_pods, daemonsets=daemonsets, driver_pods=[crash], now=0)
+    looping = [restarted(crash, "nvidia-driver-ctr")]
+    again = evaluate([a100], validator_pods, daemonsets=daemonsets, driver_pods=looping, previous=first, now=10)
+
+    assert [f["node"] for f in first["failures"]] == ["ip-10-0-12-77.ec2.internal"]
+    assert again["status"] == "failed"

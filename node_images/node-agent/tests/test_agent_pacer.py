@@ -209,6 +209,19 @@ def test_a_cordon_someone_else_set_is_never_lifted(load_fixture, paced_config, c
     assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
 
 
+def test_a_node_someone_asked_to_keep_cordoned_stays_cordoned_after_its_change(load_fixture, paced_config, clock):
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
+    agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config, drain=True)
+    agent.reconcile(config)
+    cluster.nodes[NODE]["metadata"]["annotations"]["gpu-stack/keep-cordoned"] = "disk repair"  # kubectl annotate
+    cluster.settle()
+
+    assert agent.reconcile(config) is False
+    assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
+    assert "gpu-stack/cordoned-by" not in cluster.nodes[NODE]["metadata"]["annotations"]
+
+
 def test_an_eviction_a_disruption_budget_blocks_is_asked_again_then_fails_at_the_drain_timeout(
         load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
