@@ -393,3 +393,59 @@ def test_version_2_driver_label_is_a_pool_label_the_agent_applies(load_fixture, 
         "annotations": {APPLIED: '["gpu-stack/driver","gpu-stack/pool","nvidia.com/device-plugin.config",'
                                  '"nvidia.com/gpu.workload.config"]'},
     }}
+
+
+def version3(paced_config: dict[str, Any], **removal: Any) -> dict[str, Any]:
+    config = copy.deepcopy(paced_config)
+    config["version"] = 3
+    config["removal"].update({"driverUpgrade": "rolling", **removal})
+    config["drivers"] = {"nvidia-driver-daemonset-a100": "0123abcd"}
+    return config
+
+
+def test_version_3_carries_the_upgrade_settings_and_the_drivers_digests(paced_config):
+    config = parse_config(version3(paced_config, maxParallelUpgrades=3, paused=True, gpuPodEviction=False,
+                                   drainPodSelector="app=batch", drainTimeoutSeconds=0, nodeReadyTimeoutSeconds=900))
+
+    removal = config.removal
+    assert (removal.max_parallel, removal.paused, removal.driver_upgrade, removal.gpu_pod_eviction) == (
+        3, True, "rolling", False)
+    assert (removal.drain_pod_selector, removal.drain_timeout_seconds, removal.node_ready_timeout_seconds) == (
+        "app=batch", 0, 900)
+    assert config.drivers == {"nvidia-driver-daemonset-a100": "0123abcd"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"driverUpgrade": "auto"}, "removal.driverUpgrade must be rolling or manual"),
+        ({"driverUpgrade": None}, "removal.driverUpgrade must be rolling or manual"),
+        ({"maxParallelUpgrades": -1}, "removal.maxParallelUpgrades must be an integer from 0"),
+        ({"maxParallelUpgrades": True}, "removal.maxParallelUpgrades must be an integer from 0"),
+        ({"paused": "yes"}, "removal.paused must be true or false"),
+        ({"gpuPodEviction": 1}, "removal.gpuPodEviction must be true or false"),
+        ({"drainPodSelector": "x" * 2000}, "removal.drainPodSelector must be a label selector of at most 1024"),
+        ({"drainTimeoutSeconds": 86_401}, "removal.drainTimeoutSeconds must be an integer from 0 to 86400"),
+        ({"nodeReadyTimeoutSeconds": 10}, "removal.nodeReadyTimeoutSeconds must be an integer from 60"),
+    ],
+)
+def test_version_3_with_a_bad_upgrade_setting_is_rejected_naming_the_key(paced_config, change, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        parse_config(version3(paced_config, **change))
+    assert len(str(caught.value)) < 300, "a huge value is not echoed whole"
+
+
+@pytest.mark.parametrize(
+    ("drivers", "message"),
+    [
+        ([], "drivers must be an object"),
+        ({"Not_A_Name": "0123abcd"}, "is not a DaemonSet name"),
+        ({"nvidia-driver-daemonset-a100": "not hex"}, "must be a template digest"),
+        ({"nvidia-driver-daemonset-a100": 7}, "must be a template digest"),
+    ],
+)
+def test_version_3_with_bad_driver_digests_is_rejected(paced_config, drivers, message):
+    config = version3(paced_config)
+    config["drivers"] = drivers
+    with pytest.raises(ConfigError, match=message):
+        parse_config(config)
