@@ -245,6 +245,15 @@ class Pacer:
         self._patch(node, upgrade.finish_patch(node))
         self._release(rules)
 
+    def _cordon(self, node: Mapping[str, Any]) -> None:
+        """Cordon for a drain, deciding from a fresh read: the cordon write is a compare-and-swap against it
+        (upgrade.cordon_patch), and this pass's own state patch has already moved the node on."""
+        if upgrade.unschedulable(node) and upgrade.state_of(node) == upgrade.DRAINING:
+            return
+        node = kube.get_node(self.core, self.node_name)
+        if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
+            self._patch(node, upgrade.cordon_patch(node, upgrade.DRAINING))
+
     def _busy_with_gpu_work(self, plan: removal.Plan, rules: labels.Removal) -> bool:
         # Every GPU pod, DaemonSet pods too: without a drain nothing is evicted, so none is taken from under.
         work = removal.gpu_work(self._pods(), rules.namespace, include_daemonsets=True)
@@ -256,8 +265,7 @@ class Pacer:
     def _drained(self, node: Mapping[str, Any], rules: labels.Removal) -> bool:
         """Cordon, then evict the GPU work the drain selects, each pod once; True when no GPU work is left at all:
         a pod the selector spares is never evicted, and is waited for instead of pulled from under."""
-        if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
-            self._patch(node, upgrade.cordon_patch(node, upgrade.DRAINING))
+        self._cordon(node)
         work = removal.gpu_work(self._pods(), rules.namespace)
         if not work:
             return True
@@ -365,8 +373,7 @@ class Pacer:
         """Cordon, then make the GPU work leave: evicted with gpuPodEviction (or drain), else waited for."""
         if rules.gpu_pod_eviction or rules.drain:
             return self._drained(node, rules)
-        if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
-            self._patch(node, upgrade.cordon_patch(node, upgrade.DRAINING))
+        self._cordon(node)
         work = removal.gpu_work(self._pods(), rules.namespace, include_daemonsets=True)
         if work:
             self._notice("info", "upgrade-waiting", reason="gpu work on the node", **removal.named_pods(work))
@@ -420,8 +427,9 @@ class Pacer:
             self._delete_pod(namespace, name, "orphaned: its DaemonSet was deleted")
 
     def _patch(self, node: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
-        """A state, cordon or annotation change; no resourceVersion: these keys are the agent's own (a label
-        patch, which shares keys with other writers, goes through :meth:`_apply`)."""
+        """A state, cordon or annotation change: a cordon or uncordon carries the node's resourceVersion
+        (upgrade.cordon_patch, finish_patch), a state label is the agent's own and needs none (a label patch,
+        which shares keys with other writers, goes through :meth:`_apply`)."""
         kube.patch_node(self.core, self.node_name, patch)
 
     def _apply(self, node: Mapping[str, Any], patch: Mapping[str, Any] | None, *, paced: bool = False) -> None:

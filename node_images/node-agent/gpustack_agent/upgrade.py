@@ -137,7 +137,16 @@ def cordon_patch(node: Mapping[str, Any], state: str) -> dict[str, Any]:
     if not unschedulable(node):
         patch["spec"] = {"unschedulable": True}
         patch["metadata"]["annotations"][CORDON_ANNOTATION] = CORDON_OWNER
+        _compare_and_swap(patch, node)
     return patch
+
+
+def _compare_and_swap(patch: dict[str, Any], node: Mapping[str, Any]) -> None:
+    """A cordon someone sets (or lifts) between the read and this write must not be taken for the agent's: the
+    write carries the node's resourceVersion, and a 409 makes the next pass read again."""
+    resource_version = (node.get("metadata") or {}).get("resourceVersion")
+    if resource_version:
+        patch["metadata"]["resourceVersion"] = resource_version
 
 
 def finish_patch(node: Mapping[str, Any], state: str = DONE) -> dict[str, Any]:
@@ -148,6 +157,7 @@ def finish_patch(node: Mapping[str, Any], state: str = DONE) -> dict[str, Any]:
         patch["metadata"]["annotations"][CORDON_ANNOTATION] = None
         if unschedulable(node) and not keeps_cordon(node):
             patch["spec"] = {"unschedulable": None}
+        _compare_and_swap(patch, node)
     return patch
 
 

@@ -6,6 +6,7 @@ read fresh from the fake API server."""
 from __future__ import annotations
 
 import copy
+import json
 import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agenttest import (A100_DRIVER, FakeCluster, Recorder, driver_pod, fake_api, finished, gpu_job_pod, model,
                        operand_pod, renamed, stop_after)
-from gpustack_agent import kube, labels
+from gpustack_agent import kube, labels, upgrade
 from gpustack_agent.pacer import Pacer
 
 NODE = "ip-10-0-12-35.ec2.internal"
@@ -89,6 +90,13 @@ class Agent:
 
 def holders(cluster: FakeCluster) -> set[str]:
     return cluster.holders()
+
+
+def budget_held_by(cluster: FakeCluster, node: str, reason: str = "label-removal") -> None:
+    """The budget as a node that held a slot before this agent started left it."""
+    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
+        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
+        "data": {node: json.dumps({"reason": reason, "since": "2025-06-02T09:59:30Z"})}}
 
 
 def version3(config: dict[str, Any], **removal: Any) -> dict[str, Any]:
@@ -194,6 +202,28 @@ def test_a_drain_leaves_pods_its_selector_does_not_select(load_fixture, paced_co
     agent.reconcile(config)
     assert cluster.evicted == ["ml-team/train-0"]
     assert cluster.node_labels(NODE)[EXPORTER] == "true", "the spared pod still holds GPUs: waited for, not pulled"
+
+
+def test_a_cordon_set_after_the_agents_read_of_the_node_is_not_taken_for_its_own(load_fixture, paced_config, clock):
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
+    agent = Agent(cluster, NODE, clock)
+    stale = kube.get_node(cluster.core, NODE)
+    cluster.nodes[NODE]["spec"]["unschedulable"] = True  # kubectl cordon, just after the agent's read
+    cluster.nodes[NODE]["metadata"]["resourceVersion"] = "999"
+
+    agent.pacer(stale, without_exporter(paced_config, drain=True))
+
+    assert cluster.nodes[NODE]["spec"]["unschedulable"] is True
+    assert "gpu-stack/cordoned-by" not in cluster.nodes[NODE]["metadata"].get("annotations", {})
+
+
+def test_cordon_and_uncordon_are_compare_and_swaps():
+    node = {"metadata": {"name": NODE, "resourceVersion": "41", "annotations": {}}, "spec": {}}
+    assert upgrade.cordon_patch(node, upgrade.DRAINING)["metadata"]["resourceVersion"] == "41"
+    ours = {"metadata": {"name": NODE, "resourceVersion": "42",
+                         "annotations": {upgrade.CORDON_ANNOTATION: upgrade.CORDON_OWNER}},
+            "spec": {"unschedulable": True}}
+    assert upgrade.finish_patch(ours)["metadata"]["resourceVersion"] == "42"
 
 
 def test_a_cordon_someone_else_set_is_never_lifted(load_fixture, paced_config, clock):
@@ -348,9 +378,7 @@ def test_a_restarted_agent_carries_on_with_the_slot_it_held(load_fixture, paced_
     node = a100_node(load_fixture, paced_config)
     del node["metadata"]["labels"][EXPORTER]  # removed before the restart; its pod is still leaving
     cluster = FakeCluster([node], [operand_pod("nvidia-dcgm-exporter-x", NODE, "dcgm-exporter")])
-    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
-        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
-        "data": {NODE: '{"reason":"label-removal","since":"2025-06-02T09:59:30Z"}'}}
+    budget_held_by(cluster, NODE)
     agent = Agent(cluster, NODE, clock)
     config = without_exporter(paced_config)
 
@@ -364,9 +392,7 @@ def test_a_restarted_agent_carries_on_with_the_slot_it_held(load_fixture, paced_
 
 def test_a_restarted_agent_gives_back_a_slot_its_finished_change_left(load_fixture, paced_config, clock):
     cluster = FakeCluster([a100_node(load_fixture, paced_config)])
-    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
-        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
-        "data": {NODE: '{"reason":"label-removal","since":"2025-06-02T09:59:30Z"}'}}
+    budget_held_by(cluster, NODE)
     agent = Agent(cluster, NODE, clock)
 
     assert agent.reconcile(paced_config) is False
@@ -518,9 +544,7 @@ def test_a_first_driver_label_naming_another_daemonset_than_the_nodes_driver_pod
     # old pool's DaemonSet, so the first label is a handover.
     cluster = FakeCluster([driver_deployed(a100_node(load_fixture, pool_config))],
                           [driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, A100_DRIVER)])
-    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
-        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
-        "data": {SECOND: '{"reason":"driver-upgrade"}'}}
+    budget_held_by(cluster, SECOND, "driver-upgrade")
     agent = Agent(cluster, NODE, clock)
 
     assert agent.reconcile(with_a100_renamed(paced_config)) is False
@@ -564,9 +588,7 @@ def test_a_changed_driver_label_hands_the_node_over_once_the_new_driver_is_ready
                                                                                  clock):
     cluster = FakeCluster([driver_deployed(a100_node(load_fixture, paced_config))],
                           [driver_pod("nvidia-driver-daemonset-a100-abcde", NODE, None)])  # A, deleted by the rename
-    cluster.config_maps[("gpu-operator", "gpu-stack-upgrade-budget")] = {
-        "metadata": {"name": "gpu-stack-upgrade-budget", "namespace": "gpu-operator", "resourceVersion": "7"},
-        "data": {SECOND: '{"reason":"driver-upgrade"}'}}
+    budget_held_by(cluster, SECOND, "driver-upgrade")
     cluster.nodes[SECOND] = renamed(cluster.nodes[NODE], SECOND)
     agent = Agent(cluster, NODE, clock)
     config = with_a100_renamed(paced_config)
