@@ -352,6 +352,9 @@ def test_nfd_is_the_operators_chart_rendered_natively_or_nothing():
     assert not [r for r in existing.registrations if "helm" in r.type or "NodeFeatureDiscovery" in r.type]
 
 
+WAIT_HOLD = {"effect": "NoSchedule", "key": "gpu-stack/wait-for-completion", "operator": "Exists"}
+
+
 def test_daemonset_settings_apply_to_every_operand():
     config = stack_config("prod-managed")
     del config["gpu-stack:operands"]  # per-operand overrides win over these (tests/test_operand_overrides.py)
@@ -370,7 +373,10 @@ def test_daemonset_settings_apply_to_every_operand():
     for name, ds in daemonsets.items():
         spec = ds["spec"]["template"]["spec"]
         assert spec["priorityClassName"] == "gpu-critical"
-        assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "gpu"}]
+        assert spec["tolerations"][0] == {"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "gpu"}
+        # prod-managed waits for jobs before a driver swap: the driver pods also tolerate that wait's own hold.
+        extra = [WAIT_HOLD] if name.startswith("nvidia-driver-daemonset") else []
+        assert spec["tolerations"][1:] == extra
         assert ds["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
         if not name.startswith("nvidia-driver-daemonset"):  # the driver rolls as gpu-stack:upgrade says (tests/test_driver.py)
             assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"

@@ -12,6 +12,7 @@ from components.config import ConfigError, load_config
 from components.config.cluster import MIN_NODE_AGENT_VERSION
 from gpustack import inventory  # noqa: F401  (puts the node agent on sys.path)
 from gpustack_agent import __version__ as agent_version
+from gpustack_agent import completion
 from stacktest import bag, container, env_of, objects, render, stack_config
 
 KEY = "gpu-stack:upgrade.waitForCompletion"
@@ -117,11 +118,15 @@ def test_driver_pods_wait_first_and_nothing_else_changes():
         security = wait["securityContext"]
         assert security["runAsNonRoot"] and not security["allowPrivilegeEscalation"] and "privileged" not in security
         assert security["capabilities"] == {"drop": ["ALL"]} and "volumeMounts" not in wait
+        # The pods tolerate the wait's own hold (a driver pod recreated mid-wait must land to lift it), and the
+        # agent holds with exactly that taint.
+        hold = {"key": completion.HOLD_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+        assert spec["tolerations"] == [*old["tolerations"], hold]
         # The rest of the pod, the driver's config digest included, is as without the key.
         assert spec["initContainers"][1:] == old["initContainers"]
         assert spec["containers"] == old["containers"]
-        assert {k: v for k, v in spec.items() if k != "initContainers"} == {
-            k: v for k, v in old.items() if k != "initContainers"}
+        assert {k: v for k, v in spec.items() if k not in ("initContainers", "tolerations")} == {
+            k: v for k, v in old.items() if k not in ("initContainers", "tolerations")}
     # The gates are the same Jobs; only the stack digest they carry (every setting's) tells the two apart.
     jobs, old_jobs = objects(with_key, "Job"), objects(without, "Job")
     for job in (*jobs.values(), *old_jobs.values()):

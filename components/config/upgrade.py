@@ -93,8 +93,9 @@ class WaitForCompletion(_Model):
     pod_selector: str = Field(
         description=(
             "Label selector (equality or set-based, e.g. `app=batch` or `job-type in (training,eval)`) of the pods, "
-            "in any namespace, whose completion each node's driver swap waits for. While it waits the node is "
-            "cordoned (unless someone else already cordoned it) so no new matching pod lands there."
+            "in any namespace, whose completion each node's driver swap waits for. While it waits the node carries "
+            "the taint `gpu-stack/wait-for-completion:NoSchedule` (node agent 0.7.0; older agents cordon) so no new "
+            "matching pod lands there, and a cordon someone sets meanwhile stays after the wait."
         ),
     )
     timeout_seconds: int = Field(

@@ -32,6 +32,7 @@ from pulumi_kubernetes.core.v1 import (
     SELinuxOptionsArgs,
     ServicePortArgs,
     ServiceSpecArgs,
+    TolerationArgs,
     VolumeArgs,
     VolumeMountArgs,
 )
@@ -276,6 +277,7 @@ def operand_daemonset_parts(
     update_strategy: Optional[DaemonSetUpdateStrategyArgs] = None,
     termination_grace_period_seconds: Optional[int] = None,
     resource_claims: Sequence[PodResourceClaimArgs] = (),
+    extra_tolerations: Sequence[TolerationArgs] = (),
 ) -> DaemonSetParts:
     """An operand DaemonSet's metadata and spec, with the operator's common transforms applied; pure.
 
@@ -320,7 +322,7 @@ def operand_daemonset_parts(
                 metadata=ObjectMetaArgs(labels=pod_labels, annotations=pod_annotations or None),
                 spec=PodSpecArgs(
                     node_selector=node_selector or None,
-                    tolerations=pod_tolerations(ds, override),
+                    tolerations=[*pod_tolerations(ds, override), *extra_tolerations],
                     affinity=affinity,
                     priority_class_name=(override.priority_class_name if override else None) or ds.priority_class_name,
                     service_account_name=service_account,

@@ -27,6 +27,7 @@ from pulumi_kubernetes.core.v1 import (
     ResourceRequirementsArgs,
     SecretEnvSourceArgs,
     SecretVolumeSourceArgs,
+    TolerationArgs,
     VolumeArgs,
     VolumeMountArgs,
 )
@@ -164,6 +165,16 @@ def digest_material(settings: DriverSettings) -> Optional[str]:
 
 
 WAIT_FOR_COMPLETION = "wait-for-completion"
+# The wait holds its node with this NoSchedule taint, not a cordon, so a cordon someone sets during the wait stays
+# (node agent 0.7.0, completion.py). The driver pods tolerate it: one recreated mid-wait must still land and run
+# the step that lifts it.
+WAIT_HOLD_TAINT = "gpu-stack/wait-for-completion"
+
+
+def wait_for_completion_tolerations(upgrade: Upgrade) -> list[TolerationArgs]:
+    if upgrade.wait_for_completion is None:
+        return []
+    return [TolerationArgs(key=WAIT_HOLD_TAINT, operator="Exists", effect="NoSchedule")]
 
 
 def wait_for_completion_containers(agent_image: Optional[str], upgrade: Upgrade) -> list[ContainerArgs]:

@@ -81,7 +81,12 @@ from components.kit.builders import (
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import Upgrade
-from components.kit.driver_extensions import pod_extensions, tuned, wait_for_completion_containers
+from components.kit.driver_extensions import (
+    pod_extensions,
+    tuned,
+    wait_for_completion_containers,
+    wait_for_completion_tolerations,
+)
 from components.kit.digest import template_digest
 from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
 from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
@@ -349,6 +354,7 @@ def driver_daemonset_parts(
         update_strategy=UPDATE_STRATEGY,
         # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
         init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
+        extra_tolerations=wait_for_completion_tolerations(upgrade),
         containers=[driver, *gpudirect_containers(target, ext)],
         volumes=[
             *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),

@@ -102,9 +102,9 @@ WAIT_HELP = f"""environment:
   POD_NAME, POD_NAMESPACE
                    this pod (downward API), never waited for even if the selector matches it
 
-Cordons the node (annotation {completion.CORDON_ANNOTATION}) unless it is already cordoned,
+Taints the node ({completion.HOLD_TAINT_KEY}:NoSchedule), so no new pod lands on it,
 waits until no matching pod on it is still running (phase not Succeeded/Failed) or the timeout
-passed, then lifts its own cordon. Exit 0 when the wait ended; 1 when the API could not be
+passed, then lifts its own taint; a cordon set meanwhile stays. Exit 0 when the wait ended; 1 when the API could not be
 reached within the timeout, or refused a request (the kubelet restarts the init container).
 """
 

@@ -6,9 +6,13 @@ controller waits until the pods matching `podSelector` on the node have complete
 forever), before it deletes GPU pods and replaces the driver. gpu-stack has no upgrade controller; this runs as
 the first init container of each driver pod, before k8s-driver-manager evicts GPU pods and swaps the driver.
 
-The cordon is the agent's own: a node someone else cordoned stays as it is, and one the agent cordons carries the
-annotation CORDON_ANNOTATION until the agent uncordons it, also when the agent was restarted in between.
-k8s-driver-manager leaves a node it found cordoned cordoned, so the agent uncordons before it exits.
+While it waits, the node carries the agent's own NoSchedule taint HOLD_TAINT_KEY rather than a cordon: a person who
+cordons the node meanwhile (maintenance found during a wait that can last days) writes `spec.unschedulable`, which
+the agent never touches, so lifting the hold can never lift their cordon. A cordon would be indistinguishable: a
+`kubectl cordon` of a node already cordoned writes nothing. The taint keeps new pods off as a cordon does, except
+that it also holds back pods of DaemonSets that do not tolerate it; the driver DaemonSet tolerates it, so a driver
+pod recreated mid-wait runs this step again and lifts a hold an earlier run could not. Nodes a version before 0.7.0
+cordoned (annotation CORDON_ANNOTATION) are still uncordoned by the next run.
 
 Exit codes: 0 when the wait ended (no matching pod left, or the timeout passed: the driver swap proceeds, as
 NVIDIA's controller proceeds to pod deletion), 1 when the API could not be reached at all within the timeout or
@@ -28,18 +32,20 @@ from kubernetes.client.exceptions import ApiException
 
 from . import backoff, kube
 
-# Names the node's cordon as this agent's, so it (and only it) uncordons the node.
+# The hold while the wait runs (see above); the driver DaemonSet's pods tolerate it (components/kit/driver_extensions.py).
+HOLD_TAINT_KEY = "gpu-stack/wait-for-completion"
+HOLD_TAINT = {"key": HOLD_TAINT_KEY, "effect": "NoSchedule"}
+# The cordon record of agents before 0.7.0, lifted by the next run (unless KEEP_CORDONED_ANNOTATION says to keep it,
+# shared with the driver upgrade, upgrade.py).
 CORDON_ANNOTATION = "gpu-stack/wait-for-completion-cordoned"
-# A cordon a person sets on a node this agent already cordoned writes nothing the agent could see; this annotation
-# says to keep it (shared with the driver upgrade, upgrade.py).
 KEEP_CORDONED_ANNOTATION = "gpu-stack/keep-cordoned"
 FINISHED_PHASES = ("Succeeded", "Failed")
 # Matching pods are jobs that run for minutes to days: polled at first every FIRST_POLL_SECONDS, then less often,
 # never less often than every MAX_POLL_SECONDS, so the swap starts soon after the last one ends.
 FIRST_POLL_SECONDS = 5.0
 MAX_POLL_SECONDS = 60.0
-# How long uncordoning may retry after the wait ended (the wait's timeout may be over by then).
-UNCORDON_BUDGET_SECONDS = 300.0
+# How long lifting the hold may retry after the wait ended (the wait's timeout may be over by then).
+RELEASE_BUDGET_SECONDS = 300.0
 # The kernel's sysfs entry of the loaded NVIDIA driver; /sys/module is the host's in every container (one kernel).
 DRIVER_MODULE = "/sys/module/nvidia"
 # At most this many pods are named in a log line; podCount counts them all.
@@ -56,35 +62,45 @@ class Unreachable(Exception):
 # --- pure decisions over API objects (dicts) -----------------------------------------------------------------
 
 
-def cordon_patch(node: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The merge patch that cordons ``node`` and records the cordon as the agent's; None when the node is already
-    cordoned (by someone else, who keeps it, or by an earlier run of the agent, whose record stays)."""
-    metadata = node.get("metadata") or {}
-    if (node.get("spec") or {}).get("unschedulable"):
-        return None
-    body: dict[str, Any] = {"metadata": {"annotations": {CORDON_ANNOTATION: "true"}}, "spec": {"unschedulable": True}}
-    # Compare-and-swap: a node someone cordons between the read and this write must not be recorded as ours.
-    if metadata.get("resourceVersion"):
-        body["metadata"]["resourceVersion"] = metadata["resourceVersion"]
+def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def holds(node: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == HOLD_TAINT_KEY for t in _taints(node))
+
+
+def _compare_and_swap(node: Mapping[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    # A merge patch replaces the whole taint list: without the resourceVersion, a taint the node lifecycle
+    # controller (or anyone) adds between the read and this write would be dropped.
+    resource_version = (node.get("metadata") or {}).get("resourceVersion")
+    if resource_version:
+        body.setdefault("metadata", {})["resourceVersion"] = resource_version
     return body
+
+
+def hold_patch(node: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The merge patch that adds the hold taint to ``node``; None when an earlier run's hold is still there."""
+    if holds(node):
+        return None
+    return _compare_and_swap(node, {"spec": {"taints": [*_taints(node), dict(HOLD_TAINT)]}})
 
 
 def owns_cordon(node: Mapping[str, Any]) -> bool:
     return CORDON_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {})
 
 
-def uncordon_patch(node: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The merge patch that lifts the agent's cordon and its record; None when the node carries no record."""
-    if not owns_cordon(node):
-        return None
-    body: dict[str, Any] = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}, "spec": {"unschedulable": None}}
-    if KEEP_CORDONED_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {}):
-        # Someone asked for the node to stay cordoned while it waited: only the agent's record goes.
-        del body["spec"]
-    resource_version = (node.get("metadata") or {}).get("resourceVersion")
-    if resource_version:
-        body["metadata"]["resourceVersion"] = resource_version
-    return body
+def release_patch(node: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The merge patch that lifts the hold taint and a pre-0.7.0 run's cordon record (and its cordon, unless someone
+    asked to keep it); None when the node carries neither. Every other taint and any cordon stay as they are."""
+    body: dict[str, Any] = {}
+    if holds(node):
+        body["spec"] = {"taints": [t for t in _taints(node) if t.get("key") != HOLD_TAINT_KEY] or None}
+    if owns_cordon(node):
+        body["metadata"] = {"annotations": {CORDON_ANNOTATION: None}}
+        if KEEP_CORDONED_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {}):
+            body.setdefault("spec", {})["unschedulable"] = None
+    return _compare_and_swap(node, body) if body else None
 
 
 def running_pods(pods: Sequence[Mapping[str, Any]], own_pod: Optional[tuple[str, str]]) -> list[str]:
@@ -133,21 +149,21 @@ class Waiter:
         if not self.driver_loaded():
             # A node that just joined or rebooted: no driver is loaded, so no work can be using one and the swap
             # interrupts nothing. Waiting here could only deadlock: GPU jobs restarted on the node wait for the
-            # driver this wait holds back. A cordon an earlier run left is still lifted.
+            # driver this wait holds back. A hold an earlier run left is still lifted.
             self.log({"level": "info", "event": "no-driver-loaded", **base})
             waited = True
         else:
             try:
-                self._retrying(self._cordon, deadline)
+                self._retrying(self._hold, deadline)
             except Unreachable as exc:
                 self.log({"level": "error", "event": "api-unreachable", **base, "error": str(exc)})
                 return EXIT_FAILED
             waited = self._guarded_wait(deadline, base, started)
         try:
-            self._retrying(self._uncordon, self.clock() + UNCORDON_BUDGET_SECONDS)
+            self._retrying(self._release, self.clock() + RELEASE_BUDGET_SECONDS)
         except Unreachable as exc:
-            # Exit 1: the kubelet restarts this init container, whose next run finds the record and uncordons.
-            self.log({"level": "error", "event": "uncordon-failed", **base, "error": str(exc)})
+            # Exit 1: the kubelet restarts this init container, whose next run finds the taint and lifts it.
+            self.log({"level": "error", "event": "release-failed", **base, "error": str(exc)})
             return EXIT_FAILED
         return EXIT_OK if waited else EXIT_FAILED
 
@@ -155,35 +171,38 @@ class Waiter:
         try:
             return self._wait(deadline, base, started)
         except BaseException:
-            # A fatal API error or SIGTERM (the driver pod is being deleted): lift the cordon if the API lets us,
-            # so a node is never left cordoned by a wait that is no longer running.
-            self._uncordon_once()
+            # A fatal API error or SIGTERM (the driver pod is being deleted): lift the hold if the API lets us, so a
+            # node is never left held by a wait that is no longer running.
+            self._release_once()
             raise
 
     # --- steps ---
 
-    def _cordon(self, timeout: float) -> None:
+    def _hold(self, timeout: float) -> None:
         node = self._node(timeout)
-        patch = cordon_patch(node)
+        patch = hold_patch(node)
         if patch is None:
-            event = "cordon-resumed" if owns_cordon(node) else "cordon-kept"
-            # cordon-kept: someone else's cordon; theirs to lift, so the agent never uncordons this node.
-            self.log({"level": "info", "event": event, "node": self.node_name})
+            self.log({"level": "info", "event": "hold-resumed", "node": self.node_name, "taint": HOLD_TAINT_KEY})
             return
+        # A 409 (the node changed since the read) is retried by _retrying from a fresh read.
         self._patch(patch, timeout)
-        self.log({"level": "info", "event": "cordoned", "node": self.node_name, "annotation": CORDON_ANNOTATION})
+        self.log({"level": "info", "event": "held", "node": self.node_name, "taint": HOLD_TAINT_KEY})
 
-    def _uncordon(self, timeout: float) -> None:
-        patch = uncordon_patch(self._node(timeout))
+    def _release(self, timeout: float) -> None:
+        node = self._node(timeout)
+        patch = release_patch(node)
         if patch is not None:
             self._patch(patch, timeout)
-            self.log({"level": "info", "event": "uncordoned", "node": self.node_name})
+            event = {"level": "info", "event": "released", "node": self.node_name}
+            if "unschedulable" in patch.get("spec", {}):
+                event["uncordoned"] = True  # the cordon of an agent before 0.7.0
+            self.log(event)
 
-    def _uncordon_once(self) -> None:
+    def _release_once(self) -> None:
         try:
-            self._uncordon(kube.REQUEST_TIMEOUT_SECONDS)
+            self._release(kube.REQUEST_TIMEOUT_SECONDS)
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            self.log({"level": "error", "event": "uncordon-failed", "node": self.node_name, **kube._describe(exc)})
+            self.log({"level": "error", "event": "release-failed", "node": self.node_name, **kube._describe(exc)})
 
     def _wait(self, deadline: Optional[float], base: dict[str, Any], started: float) -> bool:
         """Poll until no matching pod runs or the deadline passed; False when no list ever succeeded."""

@@ -284,7 +284,7 @@ class FakeCluster:
     def _patch_node(self, name: str, body: dict[str, Any], _content_type: str, _request_timeout: float) -> Any:
         node = self.nodes[name]
         body = copy.deepcopy(body)
-        expected = body["metadata"].pop("resourceVersion", None)
+        expected = body.setdefault("metadata", {}).pop("resourceVersion", None)
         if expected is not None and expected != node["metadata"].get("resourceVersion"):
             raise _api_error(409, "Conflict")
         for section in ("labels", "annotations"):
