@@ -196,6 +196,8 @@ class Pacer:
         limits = budget.Limits(rules.max_unavailable, rules.max_parallel, rules.paused)
         decision = self.slots.acquire(rules.namespace, limits, reason)
         if decision == budget.HOLDING:
+            # The pods read before the slot was taken are stale now: what is judged with the slot in hand is read anew.
+            self._pods_cache = None
             self.holding = reason
             self._failed = False
             self._drain_started = self._restart_started = None
@@ -225,7 +227,9 @@ class Pacer:
                      plan: removal.Plan) -> None:
         if plan.paced:
             if plan.removing and not rules.drain and self._busy_with_gpu_work(plan, rules):
-                # Looked at again with the slot in hand: a job bound since the last look must not lose its GPUs.
+                # Looked at again with the slot in hand: a job bound since the last look must not lose its GPUs,
+                # and must not keep a slot for as long as it runs (nothing was applied yet).
+                self._release(rules)
                 return
             if plan.removing and rules.drain and not self._drained(node, rules):
                 return

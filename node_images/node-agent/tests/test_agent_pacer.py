@@ -133,6 +133,30 @@ def test_a_removal_waits_while_gpu_work_runs_on_the_node_without_taking_a_slot(l
     assert agent.last("labels-changed")["paced"] is True
 
 
+def test_a_job_bound_while_the_slot_is_taken_is_seen_and_the_slot_given_back(load_fixture, paced_config, clock):
+    cluster = FakeCluster([a100_node(load_fixture, paced_config)], [])
+    agent = Agent(cluster, NODE, clock)
+    config = without_exporter(paced_config)
+
+    def scheduler_binds_a_job_once_the_slot_is_taken() -> None:
+        if NODE in cluster.holders() and not cluster.pods:
+            cluster.add(gpu_job_pod("train-0", NODE))
+
+    cluster.on_change = scheduler_binds_a_job_once_the_slot_is_taken
+
+    agent.reconcile(config)
+
+    # The job's GPUs keep their exporter, and the slot is not held for as long as the job runs.
+    assert cluster.node_labels(NODE)[EXPORTER] == "true"
+    assert cluster.holders() == set()
+    assert agent.last("removal-waiting")["pods"] == ["ml-team/train-0"]
+
+    cluster.pods[0] = finished(cluster.pods[0])
+    clock.advance(3600)
+    agent.reconcile(config)
+    assert EXPORTER not in cluster.node_labels(NODE)
+
+
 def test_a_daemonset_pod_holding_gpus_also_makes_a_removal_wait(load_fixture, paced_config, clock):
     holder = gpu_job_pod("render-farm-x", NODE)
     holder["metadata"]["ownerReferences"][0]["kind"] = "DaemonSet"
