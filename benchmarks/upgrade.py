@@ -114,7 +114,7 @@ def stack_config(pools: int, max_unavailable: int) -> dict[str, Any]:
     waves = [{"name": name, "pools": [f"pool-{p:02d}" for p in members]} for name, members in waves_of(pools)]
     return stack_file_config({"config": {
         "gpu-stack:cluster": {"name": "bench", "context": "bench", "kubernetesVersions": ["1.33"]},
-        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.6.0"},
+        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.7.0"},
         "gpu-stack:upgrade": {"maxUnavailable": max_unavailable, "waves": waves},
         "gpu-stack:nodePools": pool_list,
     }})

@@ -18,9 +18,9 @@ from components.config import ServiceMonitorSettings, StackConfig
 from components.kit import sharing
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
-from components.kit.driver_targets import ValidatedFiles, plan_targets
+from components.kit.driver_targets import ValidatedFiles, plan_targets, targets_of_pool
 from components.kit.node_inventory import NodeInventory
-from components.kit.node_labeler import NodeLabeler, Removal
+from components.kit.node_labeler import DriverImage, NodeLabeler, Removal
 from components.kit.stack_inputs import gpudirect_sidecars, operands
 from components.kit.validation_gate import ValidationGate
 from components.kit.waves import DriverWaves
@@ -162,8 +162,12 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             ops=self._ops,
             image=cfg.node_agent.image,
             pools=cfg.node_pools,
-            # pool -> its driver DaemonSet, which the agent writes as the node's gpu-stack/driver label
-            driver_daemonsets={p.name: cfg.pool_driver(p).daemonset for p in cfg.driver_pools},
+            # pool -> its driver DaemonSets, one per node image; the agent writes the one of the image a node runs
+            # as the node's gpu-stack/driver label
+            driver_images={
+                pool.name: [DriverImage(t.daemonset, dict(t.node_labels)) for t in targets_of_pool(self._driver_targets, pool.name)]
+                for pool in cfg.driver_pools
+            },
             driver_digests={d.target.daemonset: d.digest for d in self._driver_daemonsets},
             sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),

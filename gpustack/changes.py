@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from gpustack import image_changes
 from gpustack.mockrun import Recording, Registration
 from gpustack.render import integral
 
@@ -77,6 +78,8 @@ class Plan:
     # Failures the engine would hit: a protected resource deleted or replaced, two resources for one object.
     blocked: list[str] = field(default_factory=list)
     dangers: list[tuple[str, str]] = field(default_factory=list)  # (rule, message)
+    # What a reviewer should check that the render cannot: (topic, message), printed, never failing the diff.
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def by_action(self) -> dict[str, list[Change]]:
         grouped: dict[str, list[Change]] = {a: [] for a in ACTIONS}
@@ -208,6 +211,7 @@ def plan(before: Recording, after: Recording) -> Plan:
             )
     result = Plan(changes, blocked)
     result.dangers = dangers(result, before, after)
+    result.notes = notes(result, before)
     return result
 
 
@@ -260,10 +264,23 @@ def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str
                               "among them) and runs the chart's delete hooks (NFD's prunes its labels from every node); mark "
                               "it retained in the state first (for NFD: `python -m gpustack.nfd_migration`, see "
                               "components/states/nfd.py)"))
+        if change.action == UPDATE and _is_driver(new_by_urn[change.urn]):
+            old = matched_old.get(change.urn)
+            if old is not None and image_changes.moved_in_place(old, new_by_urn[change.urn]):
+                found.append(("node-image-changed", image_changes.moved_message(change.label, old, new_by_urn[change.urn])))
         if change.action == REPLACE and change.kind in WORKLOAD_REFERENCED:
             found.append(("referenced-deleted", f"{change.label} is replaced (deleted, then created), and running "
                           "workloads stand on it"))
     found += _cluster_dangers(result)
+    return found
+
+
+def notes(result: Plan, before: Recording) -> list[tuple[str, str]]:
+    old_by_urn = before.by_urn()
+    found = []
+    for change in result.changes:
+        if change.action == DELETE and _is_driver(old_by_urn[change.urn]) and image_changes.is_image_daemonset(old_by_urn[change.urn]):
+            found.append(("node-image-removed", image_changes.removed_note(change.label, old_by_urn[change.urn])))
     return found
 
 
@@ -304,3 +321,5 @@ def render_plan(result: Plan, *, verbose: bool = False) -> Iterable[str]:
     for rule, message in result.dangers:
         if rule != "blocked":
             yield f"!! dangerous [{rule}]: {message}"
+    for topic, message in result.notes:
+        yield f"-- note [{topic}]: {message}"

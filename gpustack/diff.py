@@ -26,7 +26,8 @@ from gpustack import changes
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
 from node_images.inputfiles import load_stack_file
 
-DANGER_RULES = ("driver-replaced", "driver-deleted", "referenced-deleted", "helm-release-deleted", "cluster-replaced")
+DANGER_RULES = ("driver-replaced", "driver-deleted", "referenced-deleted", "helm-release-deleted", "cluster-replaced",
+                "node-image-changed")
 BASE_RENDER_SECONDS = 300
 
 

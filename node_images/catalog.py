@@ -30,6 +30,24 @@ ARCHITECTURES = ("amd64", "arm64")
 # The operator tags images of these OSes with the major version only (fact sheet §4.1).
 MAJOR_ONLY_OS = frozenset({"rhel", "rocky", "ol"})
 
+# NFD's OS and kernel labels, which per-image driver DaemonSets select by (GO:internal/state/nodepool.go).
+NFD_OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+NFD_OS_VERSION_ID = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+NFD_OS_VERSION_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
+NFD_KERNEL_FULL = "feature.node.kubernetes.io/kernel-version.full"
+_OS_TAG_PARTS = re.compile(r"^([a-z]+(?:-[a-z]+)*)([0-9][0-9.]*)$")
+
+
+def os_release_labels(os_tag: str) -> dict[str, str]:
+    """NFD labels of the nodes an OS tag names; a tag without a minor version (rhel9) matches VERSION_ID.major."""
+    found = _OS_TAG_PARTS.fullmatch(os_tag)
+    if found is None:
+        raise ValueError(f"{os_tag!r} is not an OS tag (ID and version, e.g. ubuntu22.04)")
+    os_id, version = found.groups()
+    key = NFD_OS_VERSION_ID if "." in version else NFD_OS_VERSION_MAJOR
+    return {NFD_OS_ID: os_id, key: version}
+
+
 # Usable as a Kubernetes label value and a DNS-1123 subdomain (dots allowed, as in ubuntu22.04-...).
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 OS_ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")

@@ -242,6 +242,74 @@ def change_pool_os(config: Config) -> Optional[Config]:
     return None
 
 
+# The next node image of a pool's current one: a newer kernel of the same OS (precompiled), the next OS release
+# (managed).
+NEXT_IMAGE = {
+    "ubuntu22.04-5.15.0-139-generic-amd64": "ubuntu22.04-6.5.0-45-generic-amd64",
+    "ubuntu22.04-6.5.0-45-generic-amd64": "ubuntu22.04-5.15.0-139-generic-amd64",
+    "ubuntu24.04-6.8.0-79-generic-amd64": "ubuntu22.04-6.5.0-45-generic-amd64",
+}
+NEXT_OS = {"ubuntu22.04": "ubuntu24.04", "ubuntu24.04": "ubuntu22.04"}
+
+
+def _single_image_pool(config: Config) -> Optional[tuple[NodePool, str, str, str]]:
+    """The first driver pool with one node image (or OS) that has a next one: (pool, key, old, new)."""
+    cfg = loaded(config)
+    for pool in cfg.driver_pools:
+        if pool.listed:
+            continue
+        precompiled = cfg.pool_driver(pool).mode == "precompiled"
+        if precompiled and pool.node_image in NEXT_IMAGE:
+            return pool, "nodeImage", pool.node_image, NEXT_IMAGE[pool.node_image]
+        raw = next(p for p in pools(config) if p["name"] == pool.name)
+        if not precompiled and "os" in raw and raw["os"] in NEXT_OS:
+            return pool, "os", raw["os"], NEXT_OS[raw["os"]]
+    return None
+
+
+def change_node_image_in_place(config: Config) -> Optional[Config]:
+    """The edit that breaks a live pool: its one `nodeImage` (or `os`) pointed at the next image."""
+    found = _single_image_pool(config)
+    if found is None:
+        return None
+    pool, key, _, new = found
+    edited = _copy(config)
+    next(p for p in pools(edited) if p["name"] == pool.name)[key] = new
+    return valid(edited)
+
+
+def list_next_node_image(config: Config) -> Optional[Config]:
+    """Step 1 of a node image rollout: the pool lists the next image next to its current one, and keeps its
+    DaemonSet's name for the current one."""
+    found = _single_image_pool(config)
+    if found is None:
+        return None
+    pool, key, old, new = found
+    edited = _copy(config)
+    raw = next(p for p in pools(edited) if p["name"] == pool.name)
+    raw[key] = [old, new]
+    driver = raw.setdefault("driver", {})
+    driver.pop("daemonSetName", None)
+    driver["daemonSetNames"] = {old: loaded(config).pool_driver(pool).daemonset}
+    return valid(edited)
+
+
+def unlist_previous_node_image(config: Config) -> Optional[Config]:
+    """Step 3, once no node runs the old image: the pool lists the new one alone (still a list, so the new
+    DaemonSet keeps its name)."""
+    edited = _copy(config)
+    for raw in pools(edited):
+        names = (raw.get("driver") or {}).get("daemonSetNames")
+        if names:
+            key = "nodeImage" if isinstance(raw.get("nodeImage"), list) else "os"
+            raw[key] = raw[key][1:]
+            del raw["driver"]["daemonSetNames"]
+            if not raw["driver"]:
+                del raw["driver"]
+            return valid(edited)
+    return None
+
+
 def _sharing_switch(strategy: str) -> Callable[[Config], Optional[Config]]:
     settings = {
         "none": {"strategy": "none"},
@@ -326,7 +394,7 @@ def change_node_agent_image(config: Config) -> Optional[Config]:
     if image is None:
         return None
     edited = _copy(config)
-    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.6.1"
+    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.7.1"
     return valid(edited)
 
 
@@ -352,6 +420,8 @@ class Edit:
     apply: Callable[[Config], Optional[Config]]
     # What `pulumi up` then does to a live cluster, as the runbook (docs/runbook.md) states it; the suite pins the objects.
     effect: str
+    # The stack the edit starts from, where it is a later step of a sequence (None: the shipped stack).
+    start: Optional[Callable[[Config], Optional[Config]]] = None
 
 
 EDITS = [
@@ -377,7 +447,13 @@ EDITS = [
          "creates `nvidia-driver-daemonset-<new>` and deletes the old one with orphan propagation; the node agent hands each node over at the budget's pace, keeping the loaded driver"),
     Edit("add a second OS", add_second_os, "as adding a pool: the new pool's DaemonSet runs its own image; the others do not move"),
     Edit("change a pool's OS", change_pool_os,
-         "updates that pool's DaemonSet image in place; its nodes reinstall within the fleet's budget, cordoned; no other DaemonSet moves"),
+         "DANGEROUS (`node-image-changed`): updates that pool's one DaemonSet in place to the new OS, so nodes still on the old OS lose their driver at once; list the new OS next to the old one instead"),
+    Edit("change a pool's node image in place", change_node_image_in_place,
+         "DANGEROUS (`node-image-changed`): the pool's one DaemonSet now selects the new kernel (or OS), so every node still on the old one loses its driver pod at once, outside the budget; list the new image next to the old one instead"),
+    Edit("list a pool's next node image", list_next_node_image,
+         "creates one driver DaemonSet for the new image (`nvidia-driver-daemonset-<pool>-[<kernel>-]<os>`); the pool's DaemonSet keeps its name and template through `daemonSetNames`, so no driver pod restarts; each node moves to the new DaemonSet when it boots the new image"),
+    Edit("unlist a pool's previous node image", unlist_previous_node_image, start=list_next_node_image, effect=
+         "(after the step before) deletes the old image's DaemonSet with orphan propagation; nodes still on the old image keep their driver until the node agent retires it at the budget's pace; `gpustack diff` notes how to count them"),
     Edit("sharing to none", _sharing_switch("none"),
          "updates the plugin configs and the node-pools document (deletes the configs, and updates the plugin and GFD, when no pool shares any more)"),
     Edit("sharing to time-slicing", _sharing_switch("time-slicing"),

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from changesafety import EDITS, Config, driver_version_bump, loaded, waves
+from changesafety import EDITS, Config, Edit, driver_version_bump, loaded, waves
 from components.kit import naming
 from components.kit.node_labeler import pool_labels
 from gpustack import changes
@@ -257,8 +257,43 @@ def expect_pool_renamed(before: Config, after: Config, stack: str) -> Expect:
     return expect | pools_document(after) | driver_daemonsets_listed(before, after) | gates_changed(before, after) | sharing_changed(before, after, stack) | dra_pools_changed(before, after)
 
 
-def expect_os_changed(before: Config, after: Config, stack: str) -> Expect:
-    return expect_driver_bump(before, after, stack)
+def expect_image_moved_in_place(before: Config, after: Config, stack: str) -> Expect:
+    # the DaemonSet rolls to the new image like a driver bump, but the nodes still on the old image lose theirs
+    return expect_driver_bump(before, after, stack) | Expect(dangers={"node-image-changed"})
+
+
+def all_daemonsets(config: Config) -> set[str]:
+    cfg = loaded(config)
+    return {d for p in cfg.driver_pools for d in cfg.pool_driver(p).daemonsets}
+
+
+def listed_pool(config: Config) -> str:
+    return next(p.name for p in loaded(config).driver_pools if p.listed)
+
+
+def image_daemonsets_changed(before: Config, after: Config) -> Expect:
+    """A driver DaemonSet per node image comes or goes; the others keep their names and templates. The node-pools
+    document lists each pool's DaemonSets, the stack gate's Role names them all, and the gate after the pool (if a
+    later wave waits for it) judges them all."""
+    old, new = all_daemonsets(before), all_daemonsets(after)
+    expect = Expect(create={obj(after, "DaemonSet", d) for d in new - old},
+                    delete={obj(before, "DaemonSet", d) for d in old - new})
+    expect = expect | pools_document(after)
+    if loaded(after).validation.mode != "off":
+        expect.update.add(obj(after, "Role", "gpu-stack-validation"))
+    pool = listed_pool(after)
+    if pool in gated(after):
+        expect.rerun.add(gate(after, pool))
+        expect.update.add(obj(after, "Role", "gpu-stack-wave-gate"))
+    return expect
+
+
+def expect_image_listed(before: Config, after: Config, stack: str) -> Expect:
+    return image_daemonsets_changed(before, after)
+
+
+def expect_image_unlisted(before: Config, after: Config, stack: str) -> Expect:
+    return image_daemonsets_changed(before, after)
 
 
 def expect_sharing(before: Config, after: Config, stack: str) -> Expect:
@@ -339,7 +374,10 @@ EXPECTED: dict[str, Callable[[Config, Config, str], Expect]] = {
     "rename a pool": expect_pool_renamed,
     "rename a pool, driver name unpinned": expect_pool_renamed,
     "add a second OS": expect_pool_added,
-    "change a pool's OS": expect_os_changed,
+    "change a pool's OS": expect_image_moved_in_place,
+    "change a pool's node image in place": expect_image_moved_in_place,
+    "list a pool's next node image": expect_image_listed,
+    "unlist a pool's previous node image": expect_image_unlisted,
     "sharing to none": expect_sharing,
     "sharing to time-slicing": expect_sharing,
     "sharing to MPS": expect_sharing,
@@ -365,12 +403,17 @@ def _cases() -> list:
     order = [s for s in PREFERENCE if s in STACKS] + [s for s in STACKS if s not in PREFERENCE]
     cases = []
     for edit in EDITS:
-        applies = [stack for stack in order if edit.apply(stack_config(stack)) is not None]
+        applies = [stack for stack in order if (start := _start(edit, stack)) is not None and edit.apply(start) is not None]
         core = set(applies[:CORE_STACKS_PER_EDIT])
         for stack in STACKS:
             marks = () if stack in core else (pytest.mark.matrix,)
             cases.append(pytest.param(stack, edit, marks=marks, id=f"{stack}: {edit.name}"))
     return cases
+
+
+def _start(edit: Edit, stack: str) -> Optional[Config]:
+    config = stack_config(stack)
+    return edit.start(config) if edit.start is not None else config
 
 
 CASES = _cases()
@@ -388,8 +431,8 @@ def actual(plan: changes.Plan) -> Expect:
 
 @pytest.mark.parametrize("stack, edit", CASES)
 def test_an_ordinary_edit_changes_exactly_what_it_must(stack, edit):
-    before = stack_config(stack)
-    after = edit.apply(before)
+    before = _start(edit, stack)
+    after = edit.apply(before) if before is not None else None
     if after is None:
         pytest.skip(f"{edit.name} does not apply to {stack}")
     plan = changes.plan(render(before, stack=stack), render(after, stack=stack))
@@ -427,7 +470,7 @@ def test_every_shipped_stack_with_a_managed_driver_is_checked():
 def test_every_edit_has_an_expectation_and_applies_somewhere():
     assert {e.name for e in EDITS} == set(EXPECTED)
     for edit in EDITS:
-        assert any(edit.apply(stack_config(stack)) is not None for stack in STACKS), edit.name
+        assert any((start := _start(edit, stack)) is not None and edit.apply(start) is not None for stack in STACKS), edit.name
 
 
 # --- what the engine's view is made of -----------------------------------------------------------------------

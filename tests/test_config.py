@@ -68,7 +68,7 @@ BAD = [
     ("nfd mode", setter("gpu-stack:nfd", "mode", value="auto"), "gpu-stack:nfd.mode", "'deploy', 'existing'"),
     ("agent image missing", deleter("gpu-stack:nodeAgent", "image"), "gpu-stack:nodeAgent.image", "required"),
     ("agent image untagged", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent"), "gpu-stack:nodeAgent.image", "no tag"),
-    ("agent too old for the v3 document", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.3.0"), "gpu-stack:nodeAgent.image", "use 0.6.0 or later"),
+    ("agent too old for the v4 document", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.3.0"), "gpu-stack:nodeAgent.image", "use 0.7.0 or later"),
     ("registry", setter("gpu-stack:registry", "override", value="https://mirror"), "gpu-stack:registry.override", "host[:port]"),
     ("pull secret", setter("gpu-stack:registry", "pullSecrets", value=["Bad_Name"]), "gpu-stack:registry.pullSecrets", "Secret name"),
     ("strategy", setter("gpu-stack:daemonsets", "updateStrategy", value="Recreate"), "gpu-stack:daemonsets.updateStrategy", "'RollingUpdate', 'OnDelete'"),
@@ -111,7 +111,7 @@ BAD = [
     ("plugin workload", setter("gpu-stack:validator", "pluginWorkload", value="no"), "gpu-stack:validator.pluginWorkload", "true, false"),
     ("resync", setter("gpu-stack:nodeAgent", "resyncSeconds", value=5), "gpu-stack:nodeAgent.resyncSeconds", "greater than or equal to 10"),
     ("resync over an hour", setter("gpu-stack:nodeAgent", "resyncSeconds", value=3601), "gpu-stack:nodeAgent.resyncSeconds", "less than or equal to 3600"),
-    ("agent before the fleet budget", setter("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0"), "gpu-stack:nodeAgent.image", "reads node-pools config version 3 and performs driver upgrades within the fleet budget"),
+    ("agent before the fleet budget", setter("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0"), "gpu-stack:nodeAgent.image", "reads node-pools config version 4 (a driver DaemonSet per node image) and performs driver upgrades within the fleet budget"),
     # gone with the Helm release (components/states/nfd.py): refused by name, whatever the value
     ("chart repo", setter("gpu-stack:nfd", "chartRepository", value="oci://registry.k8s.io/nfd/charts"), "gpu-stack:nfd.chartRepository", "this key is gone"),
     ("chart repo null", setter("gpu-stack:nfd", "chartRepository", value=None), "gpu-stack:nfd.chartRepository", "remove it"),
@@ -196,7 +196,7 @@ BAD = [
     ("socket on cri-o", lambda c: c[C].update(containerRuntime="cri-o") or c.setdefault("gpu-stack:toolkit", {}).update(runtimeSocket="/run/x.sock"), "gpu-stack:toolkit.runtimeSocket", "cri-o"),
     # --- issue 4: node images, per-pool drivers, upgrade policy and waves
     ("unknown node image", setter(P, 0, "nodeImage", value="ubuntu22.04-9.9.9-generic-amd64"), "gpu-stack:nodePools[0].nodeImage", "entries of node_images/catalog.yaml: ubuntu22.04-5.15.0-139-generic-amd64"),
-    ("os contradicts node image", setter(P, 0, "nodeImage", value="ubuntu24.04-6.8.0-79-generic-amd64"), "gpu-stack:nodePools[0].os", "'ubuntu22.04' contradicts nodeImage 'ubuntu24.04-6.8.0-79-generic-amd64' (ubuntu24.04); remove os"),
+    ("os contradicts node image", setter(P, 0, "nodeImage", value="ubuntu24.04-6.8.0-79-generic-amd64"), "gpu-stack:nodePools[0].os", "'ubuntu22.04' contradicts nodeImage ubuntu24.04-6.8.0-79-generic-amd64 (ubuntu24.04); remove os"),
     ("no os and no node image", deleter(P, 0, "os"), "gpu-stack:nodePools[0].os", "required unless nodeImage names an entry"),
     ("os null", setter(P, 0, "os", value=None), "gpu-stack:nodePools[0].os", "required unless nodeImage names an entry"),
     ("pool driver mode", setter(P, 0, "driver", "mode", value="dkms"), "gpu-stack:nodePools[0].driver.mode", "'managed', 'host', 'precompiled'"),
@@ -204,8 +204,8 @@ BAD = [
     ("pool driver branch", setter(P, 0, "driver", value={"mode": "precompiled", "branch": "r580"}), "gpu-stack:nodePools[0].driver.branch", "not a driver branch"),
     ("pool module type", setter(P, 0, "driver", "kernelModuleType", value="closed"), "gpu-stack:nodePools[0].driver.kernelModuleType", "'auto', 'open', 'proprietary'"),
     ("pool driver typo", setter(P, 0, "driver", "verison", value="580.126.20"), "gpu-stack:nodePools[0].driver.verison", "did you mean 'version'"),
-    ("branch on a managed pool", setter(P, 0, "driver", "branch", value="580"), "gpu-stack:nodePools[0].driver.branch", "not used by driver mode 'managed'; it takes: daemonSetName, kernelModuleType, mode, version"),
-    ("version on a precompiled pool", setter(P, 0, "driver", value={"mode": "precompiled", "version": "580.126.20"}), "gpu-stack:nodePools[0].driver.version", "not used by driver mode 'precompiled'; it takes: branch, daemonSetName, kernelModuleType, mode"),
+    ("branch on a managed pool", setter(P, 0, "driver", "branch", value="580"), "gpu-stack:nodePools[0].driver.branch", "not used by driver mode 'managed'; it takes: daemonSetName, daemonSetNames, kernelModuleType, mode, version"),
+    ("version on a precompiled pool", setter(P, 0, "driver", value={"mode": "precompiled", "version": "580.126.20"}), "gpu-stack:nodePools[0].driver.version", "not used by driver mode 'precompiled'; it takes: branch, daemonSetName, daemonSetNames, kernelModuleType, mode"),
     ("version on a host pool", setter(P, 0, "driver", value={"mode": "host", "version": "580.126.20"}), "gpu-stack:nodePools[0].driver.version", "not used by driver mode 'host'; it takes: mode"),
     ("precompiled pool without node image", setter(P, 0, "driver", value={"mode": "precompiled"}), "gpu-stack:nodePools[0].nodeImage", "required with driver mode 'precompiled'"),
     (

@@ -27,6 +27,11 @@ def driver_daemonsets(recording) -> dict[str, dict[str, Any]]:
     return {name: ds for name, ds in objects(recording, "DaemonSet").items() if name.startswith(DAEMONSET)}
 
 
+OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+OS_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
+
+
 def served_pools(ds: dict[str, Any]) -> set[str] | None:
     """The pools a driver DaemonSet's node affinity admits; None when it admits every pool. Its nodes are those the
     agent labelled gpu-stack/driver=<its name>, or, not yet labelled so, those of its pools."""
@@ -35,9 +40,11 @@ def served_pools(ds: dict[str, Any]) -> set[str] | None:
         return None
     assigned, by_pool = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert assigned["matchExpressions"] == [{"key": DRIVER_LABEL, "operator": "In", "values": [ds["metadata"]["name"]]}]
-    unassigned, requirement = by_pool["matchExpressions"]
+    unassigned, requirement, *os_release = by_pool["matchExpressions"]
     assert unassigned == {"key": DRIVER_LABEL, "operator": "DoesNotExist"}
     assert requirement["key"] == POOL_LABEL and requirement["operator"] == "In"
+    # A node not labelled yet is one this DaemonSet's driver is built for: NFD says it runs its OS.
+    assert {e["key"] for e in os_release} in ({OS_ID, OS_VERSION}, {OS_ID, OS_MAJOR}), os_release
     return set(requirement["values"])
 
 
@@ -310,7 +317,7 @@ def test_the_node_pools_document_carries_the_fleet_budget_and_every_driver_templ
     config["gpu-stack:upgrade"].update(maxUnavailable="20%", maxParallelUpgrades=3, paused=True, nodeReadyTimeoutSeconds=900)
     recording = render(config)
     document = json.loads(objects(recording, "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])
-    assert document["version"] == 3
+    assert document["version"] == 4
     assert document["removal"] == {
         "maxUnavailable": "20%", "maxParallelUpgrades": 3, "paused": True, "drain": True,
         "drainPodSelector": "gpu-stack.io/drain!=never", "drainTimeoutSeconds": 900, "gpuPodEviction": True,

@@ -17,8 +17,13 @@ NFD_GPU = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 
 
 def node_of(pool: dict[str, Any]) -> dict[str, str]:
-    """The labels a node of `pool` carries once the node agent labelled it."""
-    return {**NFD_GPU, **pool["nodeSelector"], "gpu-stack/pool": pool["name"], **pool["labels"], **{label: "true" for label in pool["deployLabels"]}}
+    """The labels a node of `pool` carries once the node agent labelled it: running the node image of its pool's
+    first driver DaemonSet (NFD's labels), whose name the agent writes as gpu-stack/driver."""
+    labels = {**NFD_GPU, **pool["nodeSelector"], "gpu-stack/pool": pool["name"], **pool["labels"],
+              **{label: "true" for label in pool["deployLabels"]}}
+    for image in pool.get("driverImages", [])[:1]:
+        labels.update({**image["nodeLabels"], "gpu-stack/driver": image["daemonSet"]})
+    return labels
 
 
 def lands_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -29,6 +29,8 @@ from components.config.driver_extensions import (
     StartupProbeTimings,
     _object_name,
 )
+from components.config.limits import MAX_NODE_IMAGES_PER_POOL
+from components.config.image_lists import DriverFlavour, node_image_list_checks
 from components.config.vm import _vgpu_checks
 from node_images import catalog as node_image_catalog
 
@@ -104,6 +106,10 @@ class PoolDriver(_Model):
     # (after a pool rename, or from a stack deployed before names were stable), so that `pulumi up` updates it in
     # place. Pools that name the same DaemonSet share it.
     daemon_set_name: Optional[str] = None
+    # A pool that lists its node images (or OSes): the name each entry's DaemonSet already runs under, where it is
+    # not `nvidia-driver-daemonset-<pool>-[<kernel>-]<os>` (the pool's one DaemonSet, once the pool lists a second
+    # image next to its first).
+    daemon_set_names: Optional[dict[str, str]] = None
 
     _version = field_validator("version")(_full_driver_version)
     _branch = field_validator("branch")(_driver_branch)
@@ -111,28 +117,66 @@ class PoolDriver(_Model):
     @field_validator("daemon_set_name")
     @classmethod
     def _daemonset_name(cls, value: Optional[str]) -> Optional[str]:
-        # The name is also the pods' `app` label value: a DNS subdomain of at most 63 characters.
-        if value is not None and (not DNS_SUBDOMAIN.fullmatch(value) or len(value) > 63):
-            raise ValueError(f"{shown(value)} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)")
+        problem = daemonset_name_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @field_validator("daemon_set_names")
+    @classmethod
+    def _daemonset_names(cls, value: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        if value is None:
+            return None
+        if not 1 <= len(value) <= MAX_NODE_IMAGES_PER_POOL:
+            raise ValueError(f"names {len(value)} entries; a pool lists 1 to {MAX_NODE_IMAGES_PER_POOL} node images")
+        for entry, name in value.items():
+            problem = daemonset_name_problem(name)
+            if problem:
+                raise ValueError(f"{shown(entry)}: {problem}")
+        repeated = sorted({n for n in value.values() if list(value.values()).count(n) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(map(repr, repeated))} is named for more than one entry; each entry runs its own DaemonSet")
+        return value
+
+
+def daemonset_name_problem(value: str) -> Optional[str]:
+    # The name is also the pods' `app` label value: a DNS subdomain of at most 63 characters.
+    if not DNS_SUBDOMAIN.fullmatch(value) or len(value) > 63:
+        return f"{shown(value)} is not a DaemonSet name usable as a label value (DNS-1123 subdomain, at most 63)"
+    return None
 
 
 @dataclass(frozen=True)
 class PoolDriverPlan:
-    """The driver a pool's nodes run once stack defaults and the pool's own `driver` keys are combined."""
+    """The driver a pool's nodes run once stack defaults and the pool's own `driver` keys are combined: one
+    flavour per node image (or OS) the pool runs (components/config/image_lists.py)."""
 
     mode: str
     version: str  # managed: full version or digest
     branch: str  # precompiled
     kernel_module_type: str
-    os_tag: str
-    node_image: Optional[node_image_catalog.NodeImage]
-    # The driver DaemonSet that serves the pool (components/kit/naming.py).
-    daemonset: str
+    flavours: tuple[DriverFlavour, ...]
+
+    # The first flavour's, for what a pool with one node image has one of.
+    @property
+    def os_tag(self) -> str:
+        return self.flavours[0].os_tag
+
+    @property
+    def node_image(self) -> Optional[node_image_catalog.NodeImage]:
+        return self.flavours[0].node_image
+
+    @property
+    def daemonset(self) -> str:
+        return self.flavours[0].daemonset
 
     @property
     def kernel(self) -> Optional[str]:
-        return self.node_image.kernel if self.mode == "precompiled" and self.node_image else None
+        return self.flavours[0].kernel
+
+    @property
+    def daemonsets(self) -> tuple[str, ...]:
+        return tuple(f.daemonset for f in self.flavours)
 
 
 def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
@@ -141,8 +185,9 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
     image = pool.image
     if image is None and pool.os is None:
         problems.append((f"{here}.os", "required unless nodeImage names an entry of node_images/catalog.yaml"))
-    elif image is not None and pool.os is not None and pool.os != image.os_tag:
-        problems.append((f"{here}.os", f"{pool.os!r} contradicts nodeImage {image.name!r} ({image.os_tag}); remove os"))
+    elif image is not None and pool.os is not None and set(pool.os_entries) != {i.os_tag for i in pool.images}:
+        images = ", ".join(f"{i.name} ({i.os_tag})" for i in pool.images)
+        problems.append((f"{here}.os", f"{shown(pool.os)} contradicts nodeImage {images}; remove os"))
     own = pool.driver
     problems += _vgpu_checks(cfg, pool, here)
     if pool.workload_type == "vm-passthrough" and not any(
@@ -162,8 +207,8 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
         return problems
     plan = cfg.pool_driver(pool)
     takes = {
-        "managed": {"mode", "version", "kernelModuleType", "daemonSetName"},
-        "precompiled": {"mode", "branch", "kernelModuleType", "daemonSetName"},
+        "managed": {"mode", "version", "kernelModuleType", "daemonSetName", "daemonSetNames"},
+        "precompiled": {"mode", "branch", "kernelModuleType", "daemonSetName", "daemonSetNames"},
         "host": {"mode"},
     }[plan.mode]
     for key in sorted(_set_aliases(own) - takes):
@@ -197,7 +242,7 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
             problems.append(
                 (f"{here}.nodeImage", f"required with driver mode 'precompiled' (one image per kernel); entries: {', '.join(node_images().names)}")
             )
-        else:
+        for image in pool.images:
             reason = node_image_catalog.unpublished_reason(image, plan.branch)
             if reason is not None and image.private_image is None:
                 tag = node_image_catalog.precompiled_tag(image, plan.branch)
@@ -209,23 +254,25 @@ def _pool_driver_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tup
                         "node_images/catalog.yaml, or use driver mode 'managed'",
                     )
                 )
+    problems += node_image_list_checks(cfg, pool, plan, here)
     return problems
 
 
-def _driver_flavour(cfg: StackConfig, pool: NodePool) -> tuple:
+def _driver_flavour(cfg: StackConfig, pool: NodePool, flavour: DriverFlavour) -> tuple:
     """What one driver DaemonSet can serve: one image and module type per OS and kernel, one readiness rule."""
     plan = cfg.pool_driver(pool)
     version = plan.branch if plan.mode == "precompiled" else plan.version
-    return plan.mode, version, plan.kernel_module_type, plan.os_tag, plan.kernel, pool.allocation
+    return plan.mode, version, plan.kernel_module_type, flavour.os_tag, flavour.kernel, pool.allocation
 
 
 def _driver_daemonset_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """Pools that name one driver DaemonSet must be able to share it; without the node labeller one serves all."""
     problems: list[tuple[str, str]] = []
     index = {p.name: i for i, p in enumerate(cfg.node_pools)}
-    by_daemonset: dict[str, list[NodePool]] = {}
+    by_daemonset: dict[str, list[tuple[NodePool, DriverFlavour]]] = {}
     for pool in cfg.driver_pools:
-        by_daemonset.setdefault(cfg.pool_driver(pool).daemonset, []).append(pool)
+        for flavour in cfg.pool_driver(pool).flavours:
+            by_daemonset.setdefault(flavour.daemonset, []).append((pool, flavour))
     if len(by_daemonset) > 1 and not cfg.components.node_labeler:
         problems.append(
             (
@@ -234,16 +281,21 @@ def _driver_daemonset_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                 "selecting its nodes by the gpu-stack/pool label the node labeller writes: set it to true",
             )
         )
-    for name, pools in by_daemonset.items():
-        first = pools[0]
-        for other in pools[1:]:
-            if _driver_flavour(cfg, other) != _driver_flavour(cfg, first):
+    for name, served in by_daemonset.items():
+        first, first_flavour = served[0]
+        for other, flavour in served[1:]:
+            if other.name == first.name:
+                key = f"{NAMESPACE}:nodePools[{index[other.name]}].driver.daemonSetNames"
+                problems.append((key, f"entries {first_flavour.entry!r} and {flavour.entry!r} of pool {other.name!r} "
+                                      f"both name driver DaemonSet {shown(name)}; each entry runs its own"))
+            elif _driver_flavour(cfg, other, flavour) != _driver_flavour(cfg, first, first_flavour):
+                key = "daemonSetNames" if other.listed else "daemonSetName"
                 problems.append(
                     (
-                        f"{NAMESPACE}:nodePools[{index[other.name]}].driver.daemonSetName",
+                        f"{NAMESPACE}:nodePools[{index[other.name]}].driver.{key}",
                         f"pools {first.name!r} and {other.name!r} share driver DaemonSet {shown(name)} but run different drivers "
                         "(mode, version, module type, OS, kernel or allocation): one DaemonSet runs one image; give one "
-                        "of them a daemonSetName of its own",
+                        f"of them a {key} of its own",
                     )
                 )
     return problems

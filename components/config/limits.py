@@ -17,6 +17,7 @@ these constants as `max_length` / `le` bounds or in their validators; an error n
 | MAX_MIG_PROFILES            | MIG profiles of one layout or entry (migDevices)                         | 16      |
 | MAX_PULL_SECRETS            | registry.pullSecrets, operands.<x>.imagePullSecrets                      | 16      |
 | MAX_TOLERATIONS             | daemonsets.tolerations, operands.<x>.tolerations                         | 32      |
+| MAX_NODE_IMAGES_PER_POOL    | nodePools[].nodeImage or nodePools[].os as a list (a pool mid-rollout)   | 4       |
 | MAX_ENV                     | operands.<x>.env                                                         | 64      |
 | MAX_ARGS                    | operands.<x>.args                                                        | 64      |
 | MAX_ARG_LENGTH              | one of operands.<x>.args                                                 | 4096    |
@@ -40,6 +41,7 @@ MAX_MIG_DEVICE_FILTERS = 16
 MAX_MIG_PROFILES = 16
 MAX_PULL_SECRETS = 16
 MAX_TOLERATIONS = 32
+MAX_NODE_IMAGES_PER_POOL = 4
 MAX_ENV = 64
 MAX_ARGS = 64
 MAX_ARG_LENGTH = 4096

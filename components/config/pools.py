@@ -4,7 +4,7 @@ block and of the custom MIG layouts."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import AfterValidator, Discriminator, Field, PlainSerializer, StrictBool, Tag, field_validator, model_validator
 
@@ -152,6 +152,50 @@ MigLayoutValue = Annotated[
 ]
 
 
+def as_entries(value: Union[None, str, tuple[str, ...]]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else value
+
+
+def entry_list(value: Any, problem: Callable[[str], Optional[str]]) -> Any:
+    """`os` and `nodeImage`: one entry, or a list of distinct entries (a pool mid-rollout), each checked by
+    ``problem``; anything else is refused naming what the key takes."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{shown(value)} is neither one entry nor a list of entries")
+    if not 1 <= len(value) <= limits.MAX_NODE_IMAGES_PER_POOL:
+        raise ValueError(f"lists {len(value)} entries; a pool runs 1 to {limits.MAX_NODE_IMAGES_PER_POOL} at once")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"entry {index} is {shown(item)}, not a string")
+        reason = problem(item)
+        if reason:
+            raise ValueError(f"entry {index}: {reason}")
+    repeated = sorted({item for item in value if value.count(item) > 1})
+    if repeated:
+        raise ValueError(f"lists {', '.join(map(repr, repeated))} more than once")
+    return tuple(value)
+
+
+def _os_problem(value: str) -> Optional[str]:
+    if OS_TAG.fullmatch(value):
+        return None
+    return f"{shown(value)} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
+
+
+def _node_image_problem(value: str) -> Optional[str]:
+    if value in node_images().names:
+        return None
+    return f"unknown node image {shown(value)}; entries of node_images/catalog.yaml: {', '.join(node_images().names)}"
+
+
 class Sharing(_Model):
     strategy: Literal["none", "time-slicing", "mps", "mig-single", "mig-mixed"] = "none"
     replicas: Optional[int] = Field(default=None, ge=2, le=64)
@@ -172,10 +216,12 @@ class NodePool(_Model):
     name: str
     node_selector: dict[str, str]
     gpu_model: str
-    # Required unless nodeImage names a catalog entry, which carries the OS.
-    os: Optional[str] = None
-    # An entry of node_images/catalog.yaml: the OS, kernel and architecture the pool's nodes boot.
-    node_image: Optional[str] = None
+    # Required unless nodeImage names a catalog entry, which carries the OS. A list while the pool's nodes move
+    # from one OS to another: one driver DaemonSet per OS, each selecting the nodes that run it.
+    os: Optional[Union[str, tuple[str, ...]]] = None
+    # An entry of node_images/catalog.yaml: the OS, kernel and architecture the pool's nodes boot. A list while
+    # they move to another image (components/config/image_lists.py).
+    node_image: Optional[Union[str, tuple[str, ...]]] = None
     workload_type: Literal["container", "vm-passthrough", "vm-vgpu"] = "container"
     driver: PoolDriver = PoolDriver()
     sharing: Sharing = Sharing()
@@ -211,36 +257,54 @@ class NodePool(_Model):
             raise ValueError(f"unknown GPU model {shown(value)}; allowed values: {', '.join(catalog.GPU_MODELS)}")
         return value
 
-    @field_validator("os")
+    @field_validator("os", mode="before")
     @classmethod
-    def _os(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not OS_TAG.fullmatch(value):
-            raise ValueError(
-                f"{shown(value)} is not an OS tag as NFD reports it (ID + VERSION_ID), e.g. ubuntu22.04, ubuntu24.04, rhel9"
-            )
-        return value
+    def _os(cls, value: Any) -> Any:
+        return entry_list(value, _os_problem)
 
-    @field_validator("node_image")
+    @field_validator("node_image", mode="before")
     @classmethod
-    def _node_image(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and value not in node_images().names:
-            known = ", ".join(node_images().names)
-            raise ValueError(f"unknown node image {shown(value)}; entries of node_images/catalog.yaml: {known}")
-        return value
+    def _node_image(cls, value: Any) -> Any:
+        return entry_list(value, _node_image_problem)
 
     @property
     def model(self) -> catalog.GpuModel:
         return catalog.GPU_MODELS[self.gpu_model]
 
     @property
+    def listed(self) -> bool:
+        """Whether the pool lists its node images (or OSes): then each gets a driver DaemonSet named from what it
+        serves; a single value keeps the pool's one DaemonSet and its name."""
+        return isinstance(self.node_image, tuple) or isinstance(self.os, tuple)
+
+    @property
+    def image_names(self) -> tuple[str, ...]:
+        return as_entries(self.node_image)
+
+    @property
+    def os_entries(self) -> tuple[str, ...]:
+        return as_entries(self.os)
+
+    @property
+    def images(self) -> tuple[node_image_catalog.NodeImage, ...]:
+        return tuple(node_images().get(name) for name in self.image_names)
+
+    @property
     def image(self) -> Optional[node_image_catalog.NodeImage]:
-        return node_images().get(self.node_image) if self.node_image else None
+        """The pool's one node image (the first, while load_config is refusing a list where it needs one)."""
+        return self.images[0] if self.images else None
+
+    @property
+    def os_tags(self) -> tuple[str, ...]:
+        """Every OS the pool's nodes run, in the order written: the node images' when they are named."""
+        if self.images:
+            return tuple(dict.fromkeys(image.os_tag for image in self.images))
+        return self.os_entries
 
     @property
     def os_tag(self) -> str:
-        image = self.image
-        # Empty only while load_config is rejecting a pool that has neither.
-        return image.os_tag if image is not None else self.os or ""
+        # The first; empty only while load_config is rejecting a pool that has neither.
+        return self.os_tags[0] if self.os_tags else ""
 
 
 def _sharing_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:

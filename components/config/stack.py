@@ -24,6 +24,7 @@ from components.config.cluster import (
 )
 from components.config.dra import Dra, _dra_checks
 from components.config.driver_extensions import _driver_extension_checks
+from components.config.image_lists import pool_flavours
 from components.config.drivers import Driver, PoolDriverPlan, _driver_daemonset_checks, _pool_driver_checks
 from components.config.gpudirect import GpuDirect, _gpudirect_checks, gds_needs_open_modules
 from components.config.hostpaths import HostPaths, _host_paths_checks
@@ -32,7 +33,6 @@ from components.config.overrides import OperandOverrides, _operand_checks
 from components.config.pools import MIG_LAYOUT_NAME, MigLayoutValue, NodePool, _mig_layout_checks, _sharing_checks
 from components.config.upgrade import Upgrade, _upgrade_checks
 from components.config.vm import SandboxWorkloads, Vgpu
-from components.kit import naming
 
 
 class StackConfig(_Model):
@@ -103,14 +103,13 @@ class StackConfig(_Model):
         if module_type == "auto" and self.gds_forces_open_modules:
             # The operator resolves `auto` the same way for NVIDIADriver (IsOpenKernelModulesRequired).
             module_type = "open"
+        mode = own.mode or self.driver.mode
         return PoolDriverPlan(
-            mode=own.mode or self.driver.mode,
+            mode=mode,
             version=own.version or self.versions.driver,
             branch=own.branch or self.driver.branch,
             kernel_module_type=module_type,
-            os_tag=pool.os_tag,
-            node_image=pool.image,
-            daemonset=naming.driver_daemonset(pool.name, own.daemon_set_name, per_pool=self.components.node_labeler),
+            flavours=pool_flavours(pool, mode, own, per_pool=self.components.node_labeler),
         )
 
     @property

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 from components.config import NodePool, StackConfig
+from components.config.image_lists import DriverFlavour
 from components.kit.driver_extensions import digest_material
+from components.kit.naming import sanitize_kernel  # noqa: F401  (the importer's, from here)
 from node_images import catalog as node_image_catalog
 
 
@@ -61,6 +62,9 @@ class DriverTarget:
     selects_pools: bool = True
     # The stack's driver extensions the install depends on (kit/driver_extensions.py digest_material), if any.
     extensions: Optional[str] = None
+    # NFD's labels of the nodes it is built for (OS, and kernel when precompiled): what a node the agent has not
+    # assigned yet must carry, and what the agent assigns nodes by (components/config/image_lists.py).
+    node_labels: tuple[tuple[str, str], ...] = ()
 
     def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
         return files.dra if self.dra else files.device_plugin
@@ -68,12 +72,6 @@ class DriverTarget:
     @property
     def precompiled(self) -> bool:
         return self.kernel is not None
-
-
-def sanitize_kernel(kernel: str) -> str:
-    """The operator's getSanitizedKernelVersion: drop the arch, '_' -> '.', no trailing '.', lower case."""
-    without_arch = re.sub(r"x86_64(?:_64k)?|aarch64(?:_64k)?", "", kernel)
-    return without_arch.replace("_", ".").rstrip(".").lower()
 
 
 def managed_image(repository: str, version: str, os_tag: str) -> str:
@@ -85,34 +83,40 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
     """The driver DaemonSets of a stack, in pool order: one per DaemonSet name (see the module docstring).
     load_config guarantees that pools sharing a name share their driver."""
     pools_of: dict[str, list[str]] = {}
-    first: dict[str, NodePool] = {}
+    first: dict[str, tuple[NodePool, DriverFlavour]] = {}
     for pool in cfg.driver_pools:
-        name = cfg.pool_driver(pool).daemonset
-        pools_of.setdefault(name, []).append(pool.name)
-        first.setdefault(name, pool)
+        for flavour in cfg.pool_driver(pool).flavours:
+            pools_of.setdefault(flavour.daemonset, []).append(pool.name)
+            first.setdefault(flavour.daemonset, (pool, flavour))
     targets = []
-    for name, pool in first.items():
+    for name, (pool, flavour) in first.items():
         plan = cfg.pool_driver(pool)
         if plan.mode == "precompiled":
-            assert plan.node_image is not None  # load_config guarantees it
-            image = node_image_catalog.image_ref(plan.node_image, plan.branch, repository)
+            assert flavour.node_image is not None  # load_config guarantees it
+            image = node_image_catalog.image_ref(flavour.node_image, plan.branch, repository)
         else:
-            image = managed_image(repository, plan.version, plan.os_tag)
+            image = managed_image(repository, plan.version, flavour.os_tag)
         targets.append(
             DriverTarget(
                 name,
                 image,
-                plan.os_tag,
+                flavour.os_tag,
                 plan.kernel_module_type,
                 tuple(pools_of[name]),
-                plan.kernel,
+                flavour.kernel,
                 sidecars,
                 pool.allocation == "dra",
                 selects_pools=cfg.components.node_labeler,
                 extensions=digest_material(cfg.driver),
+                node_labels=tuple(sorted(flavour.node_labels().items())) if cfg.components.node_labeler else (),
             )
         )
     return targets
+
+
+def targets_of_pool(targets: list[DriverTarget], pool: str) -> list[DriverTarget]:
+    """The driver DaemonSets that serve a pool: one per node image it runs."""
+    return [t for t in targets if pool in t.pools]
 
 
 def config_digest(target: DriverTarget) -> str:

@@ -7,6 +7,7 @@ name, a list position or which other pools exist:
 | object | Kubernetes name | Pulumi parent |
 |---|---|---|
 | a pool's driver DaemonSet | `nvidia-driver-daemonset-<pool>`, or the pool's `driver.daemonSetName` | `state-driver` |
+| the driver DaemonSet of one entry of a pool's `nodeImage` / `os` list | `nvidia-driver-daemonset-<pool>-[<kernel>-]<os>`, or `driver.daemonSetNames[<entry>]` | `state-driver` |
 | the driver DaemonSet of a stack without the node labeller | `nvidia-driver-daemonset` (the operator's) | `state-driver` |
 | the gate after a pool's driver rolled, when a later wave waits for it | `gpu-stack-gate-<pool>` | `driver-waves` |
 | the stack's validation gate | `gpu-stack-validation` | `stack-validation` |
@@ -19,6 +20,7 @@ such a change updates the DaemonSet in place instead of handing every node over 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Optional
 
 import pulumi
@@ -50,6 +52,20 @@ def driver_daemonset(pool: str, pinned: Optional[str], *, per_pool: bool) -> str
     if pinned:
         return pinned
     return bounded(f"{DRIVER_DAEMONSET}-{pool}") if per_pool else DRIVER_DAEMONSET
+
+
+def sanitize_kernel(kernel: str) -> str:
+    """The operator's getSanitizedKernelVersion: drop the arch, '_' -> '.', no trailing '.', lower case."""
+    without_arch = re.sub(r"x86_64(?:_64k)?|aarch64(?:_64k)?", "", kernel)
+    return without_arch.replace("_", ".").rstrip(".").lower()
+
+
+def image_daemonset(pool: str, os_tag: str, kernel: Optional[str]) -> str:
+    """The driver DaemonSet of one entry of a pool that lists its node images (or OSes): named from what it serves,
+    the pool, the kernel (precompiled) and the OS, as the operator names its per-kernel DaemonSets; never from
+    the entry's place in the list, so adding or removing another entry renames nothing."""
+    flavour = f"{sanitize_kernel(kernel)}-{os_tag}" if kernel else os_tag
+    return bounded(f"{DRIVER_DAEMONSET}-{pool}-{flavour}")
 
 
 def pool_gate(pool: str) -> str:

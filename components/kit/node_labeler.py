@@ -51,7 +51,10 @@ BUDGET_CONFIGMAP = "gpu-stack-upgrade-budget"
 # 3 makes `removal` the fleet's one disruption budget with the upgrade's settings, and adds `drivers`, each driver
 # DaemonSet's template digest: the agent performs driver upgrades (node agent 0.6.0 and later; older agents
 # refuse version 3 and change nothing, which components/config/cluster.py refuses before that can happen).
-CONFIG_VERSION = 3
+# 4 moves `gpu-stack/driver` out of a pool's static labels into `driverImages`: each driver DaemonSet of the pool
+# with the NFD labels of the nodes it is built for, so the agent assigns a node the DaemonSet of the node image it
+# runs (node agent 0.7.0 and later; components/config/image_lists.py).
+CONFIG_VERSION = 4
 
 AGENT_SECURITY = SecurityContextArgs(
     run_as_non_root=True,
@@ -76,10 +79,8 @@ def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = 
     return [consts.deploy_label(c) for c in components]
 
 
-def pool_labels(pool: NodePool, *, device_plugin_configs: bool, driver_daemonset: Optional[str] = None) -> dict[str, str]:
+def pool_labels(pool: NodePool, *, device_plugin_configs: bool) -> dict[str, str]:
     labels = {consts.WORKLOAD_CONFIG: pool.workload_type}
-    if driver_daemonset is not None:
-        labels[consts.DRIVER_DAEMONSET_LABEL] = driver_daemonset
     if pool.workload_type == "vm-vgpu" and pool.vgpu_config:
         labels[consts.VGPU_CONFIG] = pool.vgpu_config
     if pool.workload_type == "container":
@@ -89,6 +90,17 @@ def pool_labels(pool: NodePool, *, device_plugin_configs: bool, driver_daemonset
         if mig_layout is not None:
             labels[consts.MIG_CONFIG] = mig_layout
     return labels
+
+
+@dataclass(frozen=True)
+class DriverImage:
+    """One driver DaemonSet of a pool and the NFD labels of the nodes it serves (empty: every node of the pool)."""
+
+    daemonset: str
+    node_labels: Mapping[str, str]
+
+    def as_json(self) -> dict:
+        return {"daemonSet": self.daemonset, "nodeLabels": dict(self.node_labels)}
 
 
 @dataclass(frozen=True)
@@ -145,15 +157,16 @@ class Removal:
 def agent_config(
     pools: Sequence[NodePool],
     *,
-    driver_daemonsets: Mapping[str, str],
+    driver_images: Mapping[str, Sequence[DriverImage]],
     driver_digests: Mapping[str, str],
     device_plugin_configs: bool,
     removal: Removal,
     sandbox_mode: str = "kubevirt",
 ) -> dict:
-    """The document the agent reads; pool order is match order (first match wins). `driver_digests`: every driver
-    DaemonSet of the stack and its `gpu-stack/template-digest`, the template the agent upgrades a node to once the
-    DaemonSet in the cluster carries it."""
+    """The document the agent reads; pool order is match order (first match wins). `driver_images`: each driver
+    pool's DaemonSets, one per node image, which the agent writes as the node's gpu-stack/driver label by the node
+    image the node runs. `driver_digests`: every driver DaemonSet of the stack and its `gpu-stack/template-digest`,
+    the template the agent upgrades a node to once the DaemonSet in the cluster carries it."""
     return {
         "version": CONFIG_VERSION,
         "gpuNodeLabels": list(consts.NFD_GPU_LABELS),
@@ -166,10 +179,10 @@ def agent_config(
                 # Not read by the labelling rules: it is what the policy pack and drift reports compare against.
                 "gpuModel": pool.gpu_model,
                 "nodeSelector": dict(pool.node_selector),
-                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_daemonsets, sandbox_mode=sandbox_mode),
-                "labels": pool_labels(
-                    pool, device_plugin_configs=device_plugin_configs, driver_daemonset=driver_daemonsets.get(pool.name)
-                ),
+                "deployLabels": deploy_labels(pool, driver_deployed=pool.name in driver_images, sandbox_mode=sandbox_mode),
+                "labels": pool_labels(pool, device_plugin_configs=device_plugin_configs),
+                **({"driverImages": [image.as_json() for image in driver_images[pool.name]]}
+                   if pool.name in driver_images else {}),
             }
             for pool in pools
         ],
@@ -222,7 +235,7 @@ class NodeLabeler(pulumi.ComponentResource):
         ops: Operands,
         image: str,
         pools: Sequence[NodePool],
-        driver_daemonsets: Mapping[str, str],
+        driver_images: Mapping[str, Sequence[DriverImage]],
         driver_digests: Mapping[str, str],
         device_plugin_configs: bool,
         removal: Removal,
@@ -236,7 +249,7 @@ class NodeLabeler(pulumi.ComponentResource):
         rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         document = agent_config(
             pools,
-            driver_daemonsets=driver_daemonsets,
+            driver_images=driver_images,
             driver_digests=driver_digests,
             device_plugin_configs=device_plugin_configs,
             removal=removal,

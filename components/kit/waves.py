@@ -37,7 +37,7 @@ from components.kit.builders import Operands, also_after, child_opts, env
 from components.kit.deferred import Later
 from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
-from components.kit.driver_targets import DriverTarget
+from components.kit.driver_targets import DriverTarget, targets_of_pool
 from components.states.driver import driver_manager_env
 from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
 
@@ -46,10 +46,11 @@ GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"
 GATE_POOL_LABEL = "gpu-stack/validates-pool"
 
 
-def gate_digest(target: DriverTarget, upgrade: Upgrade) -> str:
-    """Changes exactly when the pool's DaemonSet or the budget it is rolled within changes."""
+def gate_digest(targets: Sequence[DriverTarget], upgrade: Upgrade) -> str:
+    """Changes exactly when the pool's DaemonSets or the budget they are rolled within change."""
     material = {
-        "target": asdict(target),
+        # One DaemonSet per node image the pool runs; a pool with one keeps the digest's earlier form.
+        "target": asdict(targets[0]) if len(targets) == 1 else [asdict(t) for t in targets],
         "managerEnv": driver_manager_env(upgrade),
         "strategy": [upgrade.strategy, upgrade.max_unavailable],
     }
@@ -78,18 +79,19 @@ class DriverWaves(pulumi.ComponentResource):
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:DriverWaves", name, None, opts)
-        target_of = {pool: t for t in targets for pool in t.pools}
+        targets_of = {p.name: targets_of_pool(list(targets), p.name) for p in gated_pools}
         job_names = [naming.pool_gate(p.name) for p in gated_pools]
         role_rules, cluster_rules = gate_rules(job_names)
-        watched = {target_of[p.name].daemonset for p in gated_pools}
+        watched = {t.daemonset for p in gated_pools for t in targets_of[p.name]}
         for pool in gated_pools:
-            watched.update(validator_daemonsets(dra=target_of[pool.name].dra))
+            watched.update(validator_daemonsets(dra=targets_of[pool.name][0].dra))
         role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted(watched)))
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.gates = {}
         for pool in gated_pools:
-            target = target_of[pool.name]
+            pool_targets = targets_of[pool.name]
+            target = pool_targets[0]  # a pool's DaemonSets share its allocation, so its validators
             gate = gate_job(
                 naming.pool_gate(pool.name),
                 ops,
@@ -97,16 +99,16 @@ class DriverWaves(pulumi.ComponentResource):
                 mode="strict",
                 timeout_seconds=timeout_of[pool.name],
                 labels={GATE_POOL_LABEL: pool.name},
-                annotations={GATE_DIGEST_ANNOTATION: gate_digest(target, upgrade)},
+                annotations={GATE_DIGEST_ANNOTATION: gate_digest(pool_targets, upgrade)},
                 extra_env=[
                     env("POOLS", pool.name),
-                    env("DRIVER_DAEMONSETS", target.daemonset),
+                    env("DRIVER_DAEMONSETS", ",".join(t.daemonset for t in pool_targets)),
                     env("VALIDATOR_DAEMONSETS", ",".join(validator_daemonsets(dra=target.dra))),
                     *expected_nodes_env([pool]),
                     *([env("DRA_VALIDATOR", "true")] if target.dra else []),
                 ],
                 service_account=NAME,
-                opts=also_after(child, *rbac.resources, daemonsets[target.daemonset]),
+                opts=also_after(child, *rbac.resources, *(daemonsets[t.daemonset] for t in pool_targets)),
             )
             self.gates[pool.name] = gate
             gates[pool.name].resolve(gate)

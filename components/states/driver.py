@@ -317,9 +317,9 @@ def driver_daemonset_parts(
     in_pools = None
     if target.selects_pools:
         # Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that
-        # writes gpu-stack/driver) those of its pools. Terms are ORed, so a node never drops out of the selection
-        # while its labels catch up, and moving it to another DaemonSet is one label the agent changes at the
-        # upgrade's pace.
+        # writes gpu-stack/driver) those of its pools that run its OS. Terms are ORed, so a node never drops out of
+        # the selection while its labels catch up, and moving it to another DaemonSet is one label the agent
+        # changes: at the upgrade's pace, or at once when the node itself moved to another node image.
         in_pools = NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
                 node_selector_terms=[
@@ -332,6 +332,13 @@ def driver_daemonset_parts(
                         match_expressions=[
                             NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="DoesNotExist"),
                             NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools)),
+                            # Only nodes running the OS (and kernel) it is built for: the DaemonSets of one pool's
+                            # node images never select the same unassigned node.
+                            *(
+                                NodeSelectorRequirementArgs(key=key, operator="In", values=[value])
+                                for key, value in target.node_labels
+                                if key != consts.NFD_KERNEL_FULL  # the node selector below holds it for every node
+                            ),
                         ]
                     ),
                 ]

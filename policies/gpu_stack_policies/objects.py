@@ -147,6 +147,9 @@ class Pool:
     node_selector: dict[str, str]
     deploy_labels: tuple[str, ...]
     labels: dict[str, str]
+    # The driver DaemonSets of the pool, one per node image (document version 4): the node agent writes one of them
+    # as a node's gpu-stack/driver label, by the image the node runs.
+    driver_daemonsets: tuple[str, ...] = ()
 
     @property
     def workload_type(self) -> str:
@@ -181,6 +184,7 @@ def node_pools(props: Mapping) -> Optional[list[Pool]]:
                 node_selector={str(k): str(v) for k, v in mapping(entry.get("nodeSelector")).items()},
                 deploy_labels=tuple(str(label) for label in items(entry.get("deployLabels"))),
                 labels={str(k): str(v) for k, v in mapping(entry.get("labels")).items()},
+                driver_daemonsets=tuple(str(mapping(i).get("daemonSet")) for i in items(entry.get("driverImages"))),
             )
         )
     return pools
@@ -212,9 +216,59 @@ def named_label_values(spec: Mapping, key: str) -> Optional[set[str]]:
 AGENT_DECIDED = (consts.POOL_LABEL, consts.DRIVER_DAEMONSET_LABEL)
 
 
+# Not a label: where a pool's nodes may carry one of several gpu-stack/driver values (see _may_hold).
+_CHOICES = " driver choices"
+
+
 def pool_node_labels(pool: Pool) -> dict[str, str]:
     """The labels every node of the pool carries: its selector, and what the node agent writes for the pool."""
-    return {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
+    labels = {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
+    if pool.driver_daemonsets:
+        labels[_CHOICES] = ",".join(pool.driver_daemonsets)
+    return labels
+
+
+def _terms(spec: Mapping) -> list[list[Mapping]]:
+    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
+    terms = items(mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    return [[mapping(e) for e in items(mapping(t).get("matchExpressions"))] for t in terms] or [[]]
+
+
+def _jointly_possible(expressions: list[Mapping], known: Mapping[str, str]) -> bool:
+    """Whether one node can satisfy every expression at once: each against the labels the pool decides
+    (`known`), and together on every other key (two `In` sets with nothing in common, or `In` with
+    `DoesNotExist`, exclude each other)."""
+    if not all(_may_hold(e, known) for e in expressions):
+        return False
+    allowed: dict[str, Optional[set[str]]] = {}
+    absent: set[str] = set()
+    for e in expressions:
+        key, operator = str(e.get("key")), str(e.get("operator"))
+        if key in known:
+            continue
+        values = {str(v) for v in items(e.get("values"))}
+        if operator == "In":
+            current = allowed.get(key)
+            allowed[key] = values if current is None else current & values
+        elif operator == "Exists":
+            allowed.setdefault(key, None)
+        elif operator == "DoesNotExist":
+            absent.add(key)
+    return not any((key in allowed and key in absent) or (values is not None and not values) for key, values in allowed.items())
+
+
+def could_share_a_node(first: Mapping, second: Mapping, pool: Pool) -> bool:
+    """Whether one node of `pool` could be selected by both pod specs (their required node affinity terms, ORed,
+    and their node selectors): for a node of each gpu-stack/driver value the agent may write, and for one it has
+    not labelled yet."""
+    selectors = [{"key": k, "operator": "In", "values": [v]} for spec in (first, second)
+                 for k, v in node_selector(spec).items() if not k.startswith(consts.DEPLOY_PREFIX)]
+    base = {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
+    variants = [base] + [{**base, consts.DRIVER_DAEMONSET_LABEL: d} for d in pool.driver_daemonsets]
+    return any(
+        _jointly_possible([*a, *b, *selectors], variant)
+        for variant in variants for a in _terms(first) for b in _terms(second)
+    )
 
 
 def _may_hold(expression: Mapping, labels: Mapping[str, str]) -> bool:
@@ -222,6 +276,10 @@ def _may_hold(expression: Mapping, labels: Mapping[str, str]) -> bool:
     (kernel, GFD's labels) may take any value."""
     key, operator = str(expression.get("key")), expression.get("operator")
     values = {str(v) for v in items(expression.get("values"))}
+    choices = labels.get(_CHOICES)
+    if key == consts.DRIVER_DAEMONSET_LABEL and key not in labels and choices:
+        # One of the pool's driver DaemonSets, or none yet: only `In` names that exclude them all fail.
+        return operator != "In" or bool(values & set(choices.split(",")))
     if key not in labels:
         # The node agent decides its own labels: one it does not write for the pool is absent on its nodes.
         return operator in ("DoesNotExist", "NotIn") if key in AGENT_DECIDED else True

@@ -2,8 +2,8 @@
 
 Two driver pods on one node unload each other's kernel modules. A stack policy: for each pair of driver
 DaemonSets it asks whether one node could satisfy both, from their `nvidia.com/gpu.deploy.driver` selector, any
-other node selector (the precompiled kernel label) and their `gpu-stack/pool` affinity, against the pools the
-node labeller's document declares. A pool whose nodes carry no driver deploy label (its image ships the driver)
+other node selector (the precompiled kernel label) and their affinity (`gpu-stack/pool`, `gpu-stack/driver`, and
+the OS a DaemonSet of a pool's node image selects), against the pools the node labeller's document declares. A pool whose nodes carry no driver deploy label (its image ships the driver)
 must not be named by any driver DaemonSet.
 """
 
@@ -32,6 +32,9 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
             continue  # e.g. two kernels: no node reports both
         if pools:
             shared = sorted({p.name for p in first.reachable(with_driver)} & {p.name for p in second.reachable(with_driver)})
+            # Two DaemonSets of one pool (one per node image) select disjoint nodes by NFD's OS and kernel labels.
+            shared = [name for name in shared
+                      if objects.could_share_a_node(first.spec, second.spec, next(p for p in with_driver if p.name == name))]
             if not shared:
                 continue
             where = f"the nodes of pool(s) {', '.join(shared)}"

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from . import driverimages
 from .inventory import MODELS, Gpu, Inventory, ModelSpec, NvmlUnavailable, sorted_devices
 from .labels import POOL_LABEL, Config, parse_config
 
@@ -205,6 +206,9 @@ def node_drift(inventory: Inventory, node_labels: Mapping[str, str], config: Con
         return problems + [Drift("pool", f"pool {name} ({POOL_LABEL}) is not in the node-pools config")]
     if pool.gpu_model is not None:
         problems += model_problems(inventory, name, pool.gpu_model)
+    unlisted = driverimages.unlisted_reason(node_labels, name, pool.driver_images) if pool.driver_images else None
+    if unlisted:
+        problems.append(Drift("node-image", f"the node {unlisted}"))
     if pool.labels.get(WORKLOAD_CONFIG_LABEL) == "vm-passthrough":
         return problems + passthrough_problems(inventory, name)
     layout = pool.labels.get(MIG_CONFIG_LABEL)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from .driverimages import UNLISTED_ANNOTATION
 from . import pods as podinfo
 from .labels import POOL_LABEL
 
@@ -303,6 +304,10 @@ def evaluate(
             reasons.append(_not_ready_reason(sandbox_pods_by_node.get(name, []), "sandbox validator"))
         failed = [r for r in reasons if r]
         if failed:
+            unlisted = ((every_node[name].get("metadata") or {}).get("annotations") or {}).get(UNLISTED_ANNOTATION)
+            if unlisted:
+                # No driver DaemonSet of its pool is built for the node's image: the validator cannot run there.
+                failed.insert(0, f"node image not listed: {unlisted}")
             not_validated.append({"node": name, "reason": "; ".join(failed)})
 
     missing = missing_nodes({n: every_node[n] for n in names}, {e["node"] for e in not_validated},

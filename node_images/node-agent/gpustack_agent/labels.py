@@ -12,7 +12,9 @@ replace a value someone else chose.
 Version 2 of the config adds ``removal``, the pace at which deploy labels may leave nodes; which changes wait for
 it is decided in :mod:`.removal`. Version 3 makes it the fleet's one disruption budget (:mod:`.budget`): it adds
 the upgrade's settings to ``removal`` and ``drivers``, each driver DaemonSet's template digest, so that the agent
-upgrades its own node's driver within the budget (:mod:`.upgrade`).
+upgrades its own node's driver within the budget (:mod:`.upgrade`). Version 4 gives each driver pool
+``driverImages`` in place of a static ``gpu-stack/driver`` label: the DaemonSet of the node image a node runs
+(:mod:`.driverimages`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-SUPPORTED_CONFIG_VERSIONS = (1, 2, 3)
+from . import driverimages
+
+SUPPORTED_CONFIG_VERSIONS = (1, 2, 3, 4)
 
 POOL_LABEL = "gpu-stack/pool"
 # Names the driver DaemonSet that serves the node (a pool label the Pulumi program sets); the driver DaemonSets
@@ -66,6 +70,9 @@ class Pool:
     # Not used for labelling: the inventory loop compares the node's GPUs with it. None from a Pulumi program
     # that predates the key.
     gpu_model: str | None = None
+    # Version 4: the pool's driver DaemonSets, one per node image (empty: no managed driver, or an older document
+    # whose labels name the one DaemonSet).
+    driver_images: tuple[driverimages.DriverImage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,10 @@ class Config:
     removal: Removal | None = None
     # Version 3: driver DaemonSet name -> the digest of its pod template (its gpu-stack/template-digest annotation).
     drivers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def driver_images(self) -> tuple[driverimages.DriverImage, ...]:
+        return tuple(image for pool in self.pools for image in pool.driver_images)
 
 
 def _shown(value: Any) -> str:
@@ -280,7 +291,8 @@ def parse_config(raw: Any) -> Config:
             raise ConfigError(f"{where}.deployLabels {unmanaged} are not in managedDeployLabels")
         pool_labels = _str_map(raw_pool.get("labels", {}), f"{where}.labels")
         reserved = sorted(
-            set(pool_labels) & ({POOL_LABEL, GPU_PRESENT_LABEL, OPERANDS_LABEL} | managed)
+            set(pool_labels) & ({POOL_LABEL, GPU_PRESENT_LABEL, OPERANDS_LABEL} | managed
+                                | ({DRIVER_LABEL} if version >= 4 else set()))
         )
         if reserved:
             raise ConfigError(f"{where}.labels may not set {reserved}: the agent manages them by other rules")
@@ -292,13 +304,22 @@ def parse_config(raw: Any) -> Config:
         if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model or len(gpu_model) > 253):
             raise ConfigError(f"{where}.gpuModel must be a non-empty string of at most 253 characters, "
                               f"got {_shown(gpu_model)}")
-        pools.append(Pool(name, selector, frozenset(deploy), pool_labels, gpu_model))
+        images: tuple[driverimages.DriverImage, ...] = ()
+        if version >= 4 and "driverImages" in raw_pool:
+            try:
+                images = driverimages.parse(
+                    raw_pool["driverImages"], f"{where}.driverImages",
+                    is_name=lambda n: len(n) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(n) is not None,
+                    is_label_key=is_label_key, is_label_value=is_label_value)
+            except driverimages.DriverImagesError as exc:
+                raise ConfigError(str(exc)) from None
+        pools.append(Pool(name, selector, frozenset(deploy), pool_labels, gpu_model, images))
 
     # If a selector or the GPU test depended on a label the agent writes, one pass
     # would change the outcome of the next and the labels would never settle.
     written = {POOL_LABEL, GPU_PRESENT_LABEL} | managed
     for pool in pools:
-        written |= set(pool.labels)
+        written |= set(pool.labels) | ({DRIVER_LABEL} if pool.driver_images else set())
     for index, pool in enumerate(pools):
         clash = sorted(set(pool.node_selector) & written)
         if clash:
@@ -362,6 +383,7 @@ def desired_patch(node: Mapping[str, Any], config: Mapping[str, Any] | Config) -
 
     label_changes: dict[str, str | None] = {}
     owned: dict[str, str] = {}
+    pool: Pool | None = None
 
     if is_gpu_node(labels, cfg):
         if labels.get(GPU_PRESENT_LABEL) != "true":
@@ -370,6 +392,10 @@ def desired_patch(node: Mapping[str, Any], config: Mapping[str, Any] | Config) -
         pool = match_pool(labels, cfg)
         if pool is not None:
             owned = {POOL_LABEL: pool.name, **pool.labels}
+            if pool.driver_images:
+                driver = driverimages.wanted(labels, pool.driver_images, labels.get(DRIVER_LABEL))
+                if driver is not None:
+                    owned[DRIVER_LABEL] = driver
 
         operands_off = labels.get(OPERANDS_LABEL) == "false"
         # A node in no pool gets no deploy labels: treating it as a pool with an empty
@@ -398,6 +424,11 @@ def desired_patch(node: Mapping[str, Any], config: Mapping[str, Any] | Config) -
             label_changes[key] = value
 
     annotation_changes: dict[str, str | None] = {}
+    unlisted = None
+    if owned and pool is not None and pool.driver_images:
+        unlisted = driverimages.unlisted_reason(labels, pool.name, pool.driver_images)
+    if annotations.get(driverimages.UNLISTED_ANNOTATION) != unlisted:
+        annotation_changes[driverimages.UNLISTED_ANNOTATION] = unlisted
     current_record = annotations.get(APPLIED_LABELS_ANNOTATION)
     if owned:
         record = applied_record(set(owned))

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from . import driverimages
 from . import pods as podinfo
 from .labels import APPLIED_LABELS_ANNOTATION, DRIVER_LABEL, OPERANDS_LABEL, Config, applied_record, desired_patch
 
@@ -112,7 +113,10 @@ def plan(node: Mapping[str, Any], config: Config, node_pods: Sequence[Mapping[st
     if not operands_off:
         removing = frozenset(k for k, v in changes.items() if v is None and k in config.managed_deploy_labels)
         if DRIVER_LABEL in changes and labels.get(DRIVER_LABEL):
-            driver_change = (labels[DRIVER_LABEL], changes[DRIVER_LABEL])
+            # A node that moved off the image its DaemonSet is built for (rebooted into another kernel, reimaged)
+            # has no working driver of that DaemonSet to protect: it goes to the new one (or none) at once.
+            if not driverimages.moved_off(labels, labels[DRIVER_LABEL], config.driver_images):
+                driver_change = (labels[DRIVER_LABEL], changes[DRIVER_LABEL])
         elif changes.get(DRIVER_LABEL):
             # A node labelled before gpu-stack/driver existed: its driver pod's DaemonSet says which one serves it
             # now, and moving it to another is a handover like any other, not a first label.
@@ -120,7 +124,9 @@ def plan(node: Mapping[str, Any], config: Config, node_pods: Sequence[Mapping[st
                        if podinfo.is_driver_pod(p) and not podinfo.is_finished(p) and not podinfo.is_terminating(p)}
             serving.discard(None)
             if serving and changes[DRIVER_LABEL] not in serving:
-                driver_change = (sorted(serving)[0], changes[DRIVER_LABEL])
+                old = sorted(serving)[0]
+                if not driverimages.moved_off(labels, old, config.driver_images):
+                    driver_change = (old, changes[DRIVER_LABEL])
     mig_change = None
     if not operands_off and changes.get(MIG_CONFIG_LABEL) and labels.get(MIG_CONFIG_LABEL):
         mig_change = (labels[MIG_CONFIG_LABEL], changes[MIG_CONFIG_LABEL])

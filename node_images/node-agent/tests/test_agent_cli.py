@@ -123,7 +123,7 @@ def test_read_config_accepts_the_pulumi_output(tmp_path, pool_config):
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "cannot read node-pools config"), ("{not json", "cannot read node-pools config"),
-     ('{"version": 4}', "unsupported node-pools config version 4")],
+     ('{"version": 5}', "unsupported node-pools config version 5")],
 )
 def test_read_config_failures_are_config_errors(tmp_path, content, message):
     path = tmp_path / "node-pools.json"

@@ -280,14 +280,14 @@ def test_inventory_loop_keeps_the_annotations_with_an_invalid_config(monkeypatch
     log = Recorder()
 
     kube.run_inventory_loop(
-        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=4),
+        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=5),
         read_inventory=inventory.read_inventory, resync_seconds=45, log=log, stop=stop_after(1), sleep=sleep,
     )
 
     core.patch_node.assert_not_called()
     sleep.assert_called_once_with(45)
     assert log.records[0]["event"] == "config-invalid"
-    assert "unsupported node-pools config version 4" in log.records[0]["error"]
+    assert "unsupported node-pools config version 5" in log.records[0]["error"]
 
 
 def test_inventory_loop_retries_server_errors_and_gives_up_on_forbidden(monkeypatch, load_fixture, pool_config):

@@ -232,14 +232,14 @@ def test_label_loop_leaves_labels_alone_with_an_invalid_config(fresh_node, pool_
     log = Recorder()
 
     kube.run_label_loop(
-        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=4), resync_seconds=45,
+        core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=5), resync_seconds=45,
         log=log, stop=stop_after(1), sleep=sleep, watch_events=lambda *a: iter(()),
     )
 
     core.patch_node.assert_not_called()
     sleep.assert_called_once_with(45)
     assert log.records[0]["event"] == "config-invalid"
-    assert "unsupported node-pools config version 4" in log.records[0]["error"]
+    assert "unsupported node-pools config version 5" in log.records[0]["error"]
 
 
 # --- validation gate -------------------------------------------------------

@@ -282,7 +282,7 @@ def test_applying_the_patch_settles(load_fixture, apply_patch, pool_config, fixt
     assert desired_patch(node, pool_config) is None
 
 
-@pytest.mark.parametrize("version", [4, 0, None, "1", "2", "3", True])
+@pytest.mark.parametrize("version", [5, 0, None, "1", "2", "3", True])
 def test_unknown_config_version_is_rejected(load_fixture, pool_config, version):
     config = dict(pool_config, version=version)
     if version is None:
