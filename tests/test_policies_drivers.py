@@ -69,6 +69,28 @@ def test_different_kernels_keep_driver_daemonsets_apart_even_in_one_pool():
     assert messages(broken, "single-driver-per-node") == []
 
 
+def listed_oses() -> Recording:
+    """prod-managed with its training pool moving from Ubuntu 22.04 to 24.04: a driver DaemonSet per OS."""
+    config = stack_config("prod-managed")
+    training = next(p for p in config["gpu-stack:nodePools"] if p["name"] == "training-a100")
+    training.update(os=["ubuntu22.04", "ubuntu24.04"], driver={"daemonSetNames": {"ubuntu22.04": "nvidia-driver-daemonset-training"}})
+    return render(config, stack="prod-managed")
+
+
+def test_the_daemonsets_of_one_pools_node_images_select_disjoint_nodes():
+    assert messages(listed_oses(), "single-driver-per-node", pack_config("prod-managed")) == []
+
+
+def test_two_daemonsets_of_one_pool_built_for_the_same_os_are_refused():
+    def same_os(recording: Recording) -> None:
+        terms = pod_spec(recording, "nvidia-driver-daemonset-training-a100-ubuntu24.04")["affinity"]["nodeAffinity"]
+        unassigned = terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][1]["matchExpressions"]
+        next(e for e in unassigned if e["key"].endswith("VERSION_ID"))["values"] = ["22.04"]
+
+    message = only(messages(edited(listed_oses(), same_os), "single-driver-per-node", pack_config("prod-managed")))
+    assert "nvidia-driver-daemonset-training" in message and "pool(s) training-a100" in message
+
+
 def test_a_driver_daemonset_naming_a_host_driver_pool_is_refused():
     broken = edited(render_stack("hybrid"), lambda r: serve_pools(r, "nvidia-driver-daemonset-canary-ubuntu24.04", ["l40s", "dgx-h100"]))
     message = only(messages(broken, "single-driver-per-node"))
