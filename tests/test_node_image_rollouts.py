@@ -3,6 +3,7 @@ or OS (managed), in three ordinary edits whose `gpustack diff` output the runboo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -11,7 +12,7 @@ import yaml
 
 import gpustack.__main__ as cli
 from components.config import load_config
-from stacktest import bag, config_problems, objects, render, stack_config, stack_document
+from stacktest import ROOT, bag, config_problems, objects, render, stack_config, stack_document
 
 OLD_KERNEL, NEW_KERNEL = "ubuntu22.04-5.15.0-139-generic-amd64", "ubuntu22.04-6.5.0-45-generic-amd64"
 CANARY_DS = "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04"
@@ -69,6 +70,15 @@ def diff(tmp_path: Path, capsys, stack: str, before: dict[str, Any], after: dict
     return code, captured.out + captured.err
 
 
+def documented(out: str, stack: str, marker: str) -> None:
+    """The runbooks show this very output (docs/drivers.md, docs/runbook.md), for `--base main` on the stack file."""
+    shown = re.sub(r"^diff (\S+): \S+ -> \S+:", rf"diff \1: main -> stacks/Pulumi.{stack}.yaml:", out.strip())
+    pages = (ROOT / "docs" / "drivers.md").read_text() + (ROOT / "docs" / "runbook.md").read_text()
+    block = pages.split(f"<!-- diff: {marker} -->", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
+    assert block.strip() == f"$ python -m gpustack diff --stack {stack} --base main\n{shown}", (
+        f"the '{marker}' diff in docs/ is stale; it now reads:\n{shown}")
+
+
 # --- a kernel rollout on prod-precompiled -------------------------------------------------------------------
 
 
@@ -88,6 +98,7 @@ def test_a_second_kernel_gets_a_daemonset_of_its_own_built_for_it_and_nothing_el
 
     code, out = diff(tmp_path, capsys, "prod-precompiled", base, listed)
     assert code == 0 and "SAFE" in out, out
+    documented(out, "prod-precompiled", "kernel step 1")
     assert f"+ create  DaemonSet/gpu-operator/{NEW_CANARY_DS}" in out
     assert "~ update  DaemonSet/" not in out
 
@@ -97,6 +108,7 @@ def test_changing_the_one_kernel_in_place_is_dangerous_and_says_to_list_the_new_
     in_place = step("prod-precompiled", lambda c: pool(c, "canary").update(nodeImage=NEW_KERNEL))
 
     code, out = diff(tmp_path, capsys, "prod-precompiled", base, in_place)
+    documented(out, "prod-precompiled", "kernel in place")
 
     assert code == 1 and "DANGEROUS" in out and "--allow node-image-changed" in out
     assert f"!! dangerous [node-image-changed]: DaemonSet/gpu-operator/{CANARY_DS} is built for ubuntu22.04 kernel " \
@@ -110,6 +122,7 @@ def test_unlisting_the_old_kernel_deletes_its_daemonset_and_says_how_to_count_it
     unlisted = step("prod-precompiled", lambda c: canary_kernels(c, NEW_KERNEL))
 
     code, out = diff(tmp_path, capsys, "prod-precompiled", listed, unlisted)
+    documented(out, "prod-precompiled", "kernel step 3")
 
     assert code == 0 and "SAFE" in out, out
     assert f"- delete  DaemonSet/gpu-operator/{CANARY_DS}" in out and "~ update  DaemonSet/" not in out
@@ -136,12 +149,19 @@ def test_a_second_os_gets_a_daemonset_selecting_only_its_nodes(tmp_path, capsys)
     code, out = diff(tmp_path, capsys, "prod-managed", base, listed)
     assert code == 0 and "SAFE" in out, out
     assert f"+ create  DaemonSet/gpu-operator/{NEW_TRAINING_DS}" in out and "~ update  DaemonSet/" not in out
+    documented(out, "prod-managed", "os step 1")
+
+    unlisted = step("prod-managed", lambda c: training_oses(c, "ubuntu24.04"))
+    code, out = diff(tmp_path, capsys, "prod-managed", listed, unlisted)
+    assert code == 0 and f"- delete  DaemonSet/gpu-operator/{TRAINING_DS}" in out
+    documented(out, "prod-managed", "os step 3")
 
 
 def test_changing_the_one_os_in_place_is_dangerous(tmp_path, capsys):
     base = stack_config("prod-managed")
     code, out = diff(tmp_path, capsys, "prod-managed", base,
                      step("prod-managed", lambda c: pool(c, "training-a100").update(os="ubuntu24.04")))
+    documented(out, "prod-managed", "os in place")
     assert code == 1 and "[node-image-changed]" in out and "`os: [old, new]`" in out
 
 

@@ -10,7 +10,7 @@ other step. The rules, in order:
   since nothing says its driver is wrong;
 - none, and NFD says which OS the node runs: the node's image is one its pool does not list. It is never given a
   DaemonSet built for another kernel or OS, it is reported (:func:`unlisted_reason`), and a DaemonSet it already has
-  is taken away (how fast: :func:`moved_off`).
+  is taken away at the upgrade's pace, never from under GPU work (its driver may still work).
 
 This module is pure: nodes are label maps.
 """
@@ -93,7 +93,8 @@ def unlisted_reason(node_labels: Mapping[str, str], pool: str, images: Sequence[
 
 def moved_off(node_labels: Mapping[str, str], daemonset: str, all_images: Sequence[DriverImage]) -> bool:
     """Whether the node itself moved off the image ``daemonset`` is built for (it rebooted into another kernel or
-    was reimaged): then that DaemonSet's driver cannot serve it any more, and handing the node on waits for no
-    slot. A DaemonSet of another pool, or one the document does not know, is handed over at the upgrade's pace."""
+    was reimaged): then that DaemonSet's driver cannot serve it any more, and handing the node on to the DaemonSet
+    of its new image waits for no slot. A DaemonSet of another pool, or one the document does not know, is handed
+    over at the upgrade's pace."""
     known = next((image for image in all_images if image.daemonset == daemonset), None)
     return known is not None and bool(known.node_labels) and not known.serves(node_labels)

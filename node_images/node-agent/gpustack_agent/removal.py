@@ -113,9 +113,10 @@ def plan(node: Mapping[str, Any], config: Config, node_pods: Sequence[Mapping[st
     if not operands_off:
         removing = frozenset(k for k, v in changes.items() if v is None and k in config.managed_deploy_labels)
         if DRIVER_LABEL in changes and labels.get(DRIVER_LABEL):
-            # A node that moved off the image its DaemonSet is built for (rebooted into another kernel, reimaged)
-            # has no working driver of that DaemonSet to protect: it goes to the new one (or none) at once.
-            if not driverimages.moved_off(labels, labels[DRIVER_LABEL], config.driver_images):
+            # A node that moved onto another image its pool lists (rebooted into the next kernel, reimaged) has no
+            # working driver of its old DaemonSet to protect: it goes to the new one at once. One whose image no
+            # entry lists loses its DaemonSet at the pace, never from under GPU work: its driver may still work.
+            if not (changes[DRIVER_LABEL] and driverimages.moved_off(labels, labels[DRIVER_LABEL], config.driver_images)):
                 driver_change = (labels[DRIVER_LABEL], changes[DRIVER_LABEL])
         elif changes.get(DRIVER_LABEL):
             # A node labelled before gpu-stack/driver existed: its driver pod's DaemonSet says which one serves it

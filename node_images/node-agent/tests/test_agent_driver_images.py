@@ -100,8 +100,9 @@ def test_a_node_on_an_image_its_pool_does_not_list_gets_none_and_is_reported(loa
 
     plan = removal.plan(unlisted, config)
 
-    # Its old DaemonSet is built for another kernel: the label goes at once, no driver of another build follows.
-    assert changes(plan.immediate)[DRIVER] is None and plan.driver_change is None
+    # No DaemonSet of another build follows; the one it has goes at the pace, never from under GPU work.
+    assert plan.driver_change == (OLD_DS, None) and plan.paced
+    assert DRIVER not in changes(plan.immediate)
     reason = annotations(plan.immediate)[driverimages.UNLISTED_ANNOTATION]
     assert reason.startswith("runs ubuntu22.04 kernel 6.1.0-1999-aws, which pool a100 lists no driver for")
     assert OLD_DS in reason and NEW_DS in reason
