@@ -657,6 +657,15 @@ def test_bad_per_gpu_layout_values_name_the_key(value, key, expected):
     assert any(k == key and expected in m for k, m in problems), problems
 
 
+def test_a_device_filter_written_as_one_string_means_a_list_of_it():
+    entry = {"devices": "all", "migEnabled": True, "migDevices": {"3g.40gb": 2}}
+    as_string = load(pool_config("A100-80GB", "mig-mixed", "x", {"x": [{**entry, "deviceFilter": "0x20B210DE"}]}))
+    as_list = load(pool_config("A100-80GB", "mig-mixed", "x", {"x": [{**entry, "deviceFilter": ["0x20B210DE"]}]}))
+    assert as_string.mig_layouts == as_list.mig_layouts
+    problems = problems_of(pool_config("A100-80GB", "mig-mixed", "x", {"x": [{**entry, "deviceFilter": "0x20B2"}]}))
+    assert any(k == "gpu-stack:migLayouts.x[0].deviceFilter" and "vendor 10DE" in m for k, m in problems), problems
+
+
 # --- per-GPU layouts in the mig-parted document, and read back from one ------------------------------------------
 
 

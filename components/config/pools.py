@@ -27,6 +27,9 @@ MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 MAX_GPU_INDEX = 63
 
 
+_PciId = Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]
+
+
 class MigLayoutEntry(_Model):
     """One entry of a per-GPU MIG layout, in mig-parted's own shape (MP:api/spec/v1/spec.go) written camelCase:
     the GPUs it configures and how. Rendered into the MIG manager's config as `device-filter`, `devices`,
@@ -37,11 +40,12 @@ class MigLayoutEntry(_Model):
         f"(0..{MAX_GPU_INDEX}, each once), narrowed by `deviceFilter` when set."
     )
     # pydantic matches `pattern` with Rust's regex, where `$` is the end of the text: no trailing newline passes.
-    device_filter: Optional[list[Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]]] = Field(
+    # A string too in the schema editors read (docs/stack.schema.json); the model holds a list (see _filter).
+    device_filter: Optional[Union[_PciId, list[_PciId]]] = Field(
         default=None,
         max_length=limits.MAX_MIG_DEVICE_FILTERS,
         description="Only GPUs with one of these PCI ids, written as mig-parted takes them: device id then NVIDIA's "
-        "vendor id, `0x20B210DE` for an A100-SXM4-80GB. Unset: an entry for the pool's GPU model (gpu-stack adds its "
+        "vendor id, `0x20B210DE` for an A100-SXM4-80GB; one id may be written as a string, as mig-parted's files do. Unset: an entry for the pool's GPU model (gpu-stack adds its "
         "ids, so other GPUs of the node are left alone).",
     )
     mig_enabled: StrictBool = Field(description="MIG mode of these GPUs; `false` leaves them whole (`migDevices` empty).")
@@ -77,6 +81,9 @@ class MigLayoutEntry(_Model):
     @field_validator("device_filter", mode="before")
     @classmethod
     def _filter(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            # mig-parted's own files write one filter as a string; a list of one means the same.
+            value = [value]
         for item in value if isinstance(value, list) else []:
             if not isinstance(item, str) or not mig_catalog.DEVICE_FILTER.fullmatch(item):
                 raise ValueError(
