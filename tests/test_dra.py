@@ -357,7 +357,8 @@ def test_plugin_validates_the_driver_itself_before_its_containers_start(full):
     assert names(pod_spec(ds)["initContainers"]) == ["driver-validation"]
     init = container(ds, "driver-validation")
     assert init["image"] == VALIDATOR_IMAGE
-    assert init["command"] == ["sh", "-c"] and init["args"] == ["nvidia-validator"]
+    # The binary itself, as the asset runs it (the validator DaemonSets go through `sh -c`).
+    assert init["command"] == ["nvidia-validator"] and "args" not in init
     assert [e["name"] for e in init["env"]] == [
         "WITH_WAIT",
         "COMPONENT",
@@ -387,7 +388,7 @@ def test_plugin_validates_the_driver_itself_before_its_containers_start(full):
     assert host_paths(ds) == {
         "plugins-registry": ("/var/lib/kubelet/plugins_registry", None),
         "plugins": ("/var/lib/kubelet/plugins", None),
-        "cdi-root": ("/var/run/cdi", "DirectoryOrCreate"),
+        "cdi-root": ("/var/run/cdi", None),  # no type, as the asset
         "host-root": ("/", None),
         "driver-install-dir": ("/run/nvidia/driver", "DirectoryOrCreate"),
         "run-nvidia-validations": ("/run/nvidia/validations", "DirectoryOrCreate"),

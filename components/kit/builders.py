@@ -194,14 +194,17 @@ def validator_container(
     extra_env: Sequence[EnvVarArgs] = (),
     mounts: Sequence[VolumeMountArgs],
     security_context: SecurityContextArgs = PRIVILEGED_ROOT,
+    through_shell: bool = True,
 ) -> ContainerArgs:
-    """One `nvidia-validator` check (COMPONENT=...), writing its `*-ready` file for the next gate."""
+    """One `nvidia-validator` check (COMPONENT=...), writing its `*-ready` file for the next gate. The validator
+    DaemonSets run it through `sh -c`, as NVIDIA's validator manifests do; the DRA kubelet plugin's asset runs the
+    binary itself (``through_shell=False``)."""
     return ContainerArgs(
         name=name,
         image=image,
         image_pull_policy="IfNotPresent",
-        command=["sh", "-c"],
-        args=["nvidia-validator"],
+        command=["sh", "-c"] if through_shell else ["nvidia-validator"],
+        args=["nvidia-validator"] if through_shell else None,
         env=[env("WITH_WAIT", "true" if with_wait else "false"), env("COMPONENT", component), *extra_env],
         security_context=security_context,
         volume_mounts=list(mounts),

@@ -182,6 +182,7 @@ def driver_validation(validator_image: str) -> ContainerArgs:
         validator_image,
         "driver",
         with_wait=True,
+        through_shell=False,  # as manifests/state-dra-driver/0500_daemonset.yaml runs it
         extra_env=[
             # `nvidia-smi --version` only: a GPU bound to vfio-pci must not fail the check
             env("DRIVER_VALIDATION_SKIP_GPU_INIT", "true"),

@@ -202,7 +202,7 @@ class DraDriver(pulumi.ComponentResource):
             volumes=[
                 host_path("plugins-registry", PLUGINS_REGISTRY),
                 host_path("plugins", PLUGINS_DIR),
-                host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
+                host_path("cdi-root", consts.CDI_SPEC_DIR),  # no type, as NVIDIA's asset: the toolkit creates it
                 host_path("host-root", "/"),
                 host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
                 VALIDATIONS_VOLUME,
