@@ -189,6 +189,7 @@ def test_pod_level_overrides_reach_every_driver_daemonset(rendered):
         template = rendered[name]["spec"]["template"]
         spec = template["spec"]
         assert template["metadata"]["labels"]["team"] == "ml-platform"
+        assert rendered[name]["metadata"]["labels"]["team"] == "ml-platform"  # the DaemonSet itself too
         assert template["metadata"]["labels"]["app"] == name  # the selector stays
         assert template["metadata"]["annotations"]["example.com/owner"] == "ml-platform"
         assert spec["priorityClassName"] == "gpu-driver-critical"

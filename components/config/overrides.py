@@ -217,7 +217,7 @@ class OperandOverride(_Model):
     )
     labels: dict[str, str] = Field(
         default={},
-        description="Added to the pod template's labels (not app or app.kubernetes.io/part-of).",
+        description="Added to the labels of the operand's DaemonSet and of its pod template (not app or app.kubernetes.io/part-of).",
         json_schema_extra={
             "propertyNames": {"pattern": LABEL_KEY.pattern},
             "additionalProperties": {"type": "string", "pattern": LABEL_VALUE.pattern},

@@ -315,7 +315,8 @@ def operand_daemonset_parts(
         metadata=meta(
             name,
             ops.namespace,
-            {**ds.labels, **selector, **(labels or {}), **ops.extra_labels},
+            # The operand's own labels mark the DaemonSet too, as NVIDIA's labels mark the objects they render.
+            {**ds.labels, **(override.labels if override else {}), **selector, **(labels or {}), **ops.extra_labels},
             {consts.SKIP_AWAIT: "true", **ds.annotations, **(annotations or {})},
         ),
         spec=DaemonSetSpecArgs(
