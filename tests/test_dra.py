@@ -98,6 +98,8 @@ def test_device_class_selectors_are_the_drivers():
     assert dra.device_classes(False) == {
         "gpu.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
         "mig.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+        # rendered always, as the operator does; it selects nothing without the PassthroughSupport gate
+        "vfio.gpu.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'",
     }
     assert dra.device_classes(True) == {
         **dra.device_classes(False),
@@ -274,6 +276,7 @@ def test_what_each_mode_renders(full, gpus_only):
         ("DaemonSet", "nvidia-dra-driver-kubelet-plugin"),
         ("DeviceClass", "gpu.nvidia.com"),
         ("DeviceClass", "mig.nvidia.com"),
+        ("DeviceClass", "vfio.gpu.nvidia.com"),
         ("ValidatingAdmissionPolicy", "resourceslices-policy-nvidia-dra-driver"),
         ("ValidatingAdmissionPolicyBinding", "resourceslices-policy-nvidia-dra-driver"),
         *plugin_rbac,
@@ -863,7 +866,4 @@ def test_passthrough_support_mounts_the_hosts_modules_sysfs_and_procfs_and_adds_
     plain = dra_plugin.gpus_container(DRA_IMAGE)
     assert not {m.name for m in plain.volume_mounts} & {"lib-modules", "sysfs", "procfs"}
     assert "FEATURE_GATES" not in {e.name for e in plain.env}
-    assert dra.device_classes(False, passthrough=True)["vfio.gpu.nvidia.com"] == (
-        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"
-    )
-    assert "vfio.gpu.nvidia.com" not in dra.device_classes(True)
+    assert "vfio.gpu.nvidia.com" in dra.device_classes(True)

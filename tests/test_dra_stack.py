@@ -99,6 +99,7 @@ def test_device_classes_use_the_api_version_the_cluster_serves():
         "compute-domain-default-channel.nvidia.com",
         "gpu.nvidia.com",
         "mig.nvidia.com",
+        "vfio.gpu.nvidia.com",
     ]
     assert {c["apiVersion"] for c in classes.values()} == {"resource.k8s.io/v1"}
 
@@ -118,7 +119,7 @@ def test_without_compute_domains_no_controller_or_crds():
     recording = render(config, stack="dra")
     assert [crd for crd in objects(recording, "CustomResourceDefinition") if not crd.endswith(".nfd.k8s-sigs.io")] == []
     assert "nvidia-dra-driver-controller" not in objects(recording, "Deployment")
-    assert sorted(objects(recording, "DeviceClass")) == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert sorted(objects(recording, "DeviceClass")) == ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
 
 
 # --- refusals --------------------------------------------------------------------------------------------------
@@ -209,8 +210,8 @@ def test_feature_gates_reach_every_driver_container_and_mps_gets_its_rights():
     assert env_of(controller["spec"]["template"]["spec"]["containers"][0])["FEATURE_GATES"] == gates
     deployments = {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}
     assert deployments in objects(recording, "Role")["nvidia-dra-driver-kubeletplugin"]["rules"]
-    # PassthroughSupport is off: no vfio class, no host /sys
-    assert "vfio.gpu.nvidia.com" not in objects(recording, "DeviceClass")
+    # PassthroughSupport is off: no host /sys (the vfio class is rendered anyway, as the operator renders it)
+    assert "vfio.gpu.nvidia.com" in objects(recording, "DeviceClass")
     assert "sysfs" not in {v["name"] for v in plugin["spec"]["template"]["spec"]["volumes"]}
 
 

@@ -8,9 +8,9 @@ components/states/dra_driver.py.
 
 * DeviceClasses (GO:manifests/state-dra-driver/04*_deviceclass-*.yaml, DRA:templates/deviceclass-*.yaml):
   `gpu.nvidia.com` and `mig.nvidia.com` always, `compute-domain-daemon.nvidia.com` and
-  `compute-domain-default-channel.nvidia.com` with compute domains. `vfio.gpu.nvidia.com` only with the
-  PassthroughSupport feature gate (`dra.featureGates`), the only case in which the driver publishes its devices;
-  gpu-stack's VM pools take the sandbox operands instead. The chart's `extendedResourceName: nvidia.com/gpu` on v1 is left out as the operator leaves
+  `compute-domain-default-channel.nvidia.com` with compute domains. `vfio.gpu.nvidia.com` always, as the operator
+  renders it, though the driver publishes its devices only with the PassthroughSupport feature gate
+  (`dra.featureGates`); gpu-stack's VM pools take the sandbox operands instead. The chart's `extendedResourceName: nvidia.com/gpu` on v1 is left out as the operator leaves
   it out: it needs DRAExtendedResource (KEP 5004) and would let `nvidia.com/gpu` requests land on DRA pools.
 * CRDs `computedomains.resource.nvidia.com` and `computedomaincliques.resource.nvidia.com` (v1beta1,
   DRA:deployments/helm/dra-driver-nvidia-gpu/crds/; the operator chart's copy still requires `numNodes`, which
@@ -149,12 +149,13 @@ COMPUTE_DOMAIN_DEVICE_CLASSES: dict[str, str] = {
 }
 
 
-def device_classes(compute_domains: bool, passthrough: bool = False) -> dict[str, str]:
-    """DeviceClass name -> CEL selector; `passthrough`: the PassthroughSupport gate's vfio-pci-bound GPUs
-    (GO:manifests/state-dra-driver/0430_deviceclass-vfio-gpu.yaml)."""
+def device_classes(compute_domains: bool) -> dict[str, str]:
+    """DeviceClass name -> CEL selector. The vfio class is rendered always, as NVIDIA's asset renders it
+    (GO:manifests/state-dra-driver/0430_deviceclass-vfio-gpu.yaml): it selects nothing until the
+    PassthroughSupport gate makes the driver publish vfio-pci-bound GPUs."""
     return {
         **GPU_DEVICE_CLASSES,
-        **({VFIO_CLASS: _cel(GPU_DRIVER, type="vfio")} if passthrough else {}),
+        VFIO_CLASS: _cel(GPU_DRIVER, type="vfio"),
         **(COMPUTE_DOMAIN_DEVICE_CLASSES if compute_domains else {}),
     }
 

@@ -178,7 +178,7 @@ class DraDriver(pulumi.ComponentResource):
                 # workloads' ResourceClaims name these classes
                 opts=kept(child),
             )
-            for class_name, cel in device_classes(compute_domains, passthrough).items()
+            for class_name, cel in device_classes(compute_domains).items()
         ]
         policy = slice_policy(ops.namespace, KUBELET_PLUGIN_SA, child)
 
@@ -228,7 +228,7 @@ class DraDriver(pulumi.ComponentResource):
             {
                 "daemonset": DAEMONSET,
                 "resourceApiVersion": resource_api_version,
-                "deviceClasses": list(device_classes(compute_domains, passthrough)),
+                "deviceClasses": list(device_classes(compute_domains)),
                 "computeDomains": compute_domains,
                 "pools": list(pools),
             }
