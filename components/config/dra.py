@@ -54,7 +54,8 @@ class Dra(_Model):
             "containers as FEATURE_GATES (the driver's --feature-gates). Gates of the rendered driver: "
             + ", ".join(f"{name} (default {str(on).lower()})" for name, on in KNOWN_FEATURE_GATES.items())
             + ". MPSSupport adds the plugin's Deployment rights; PassthroughSupport its /lib/modules, /sys and /proc "
-            "mounts and the vfio.gpu.nvidia.com DeviceClass."
+            "mounts, and makes the vfio.gpu.nvidia.com DeviceClass (rendered always, as the operator does) select the "
+            "vfio-pci-bound GPUs."
         ),
     )
 
