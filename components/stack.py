@@ -278,6 +278,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             pools=[p.name for p in cfg.dra_pools],
             compute_domains=cfg.dra.compute_domains,
             feature_gates=cfg.dra.feature_gates,
+            plugin=cfg.dra.kubelet_plugin,
             depends_on=after,
             opts=self._opts(),
         )

@@ -306,3 +306,59 @@ def test_a_dra_only_stack_runs_no_plain_dcgm_exporter():
     daemonsets = objects(render(config, stack="dra"), "DaemonSet")
     assert "nvidia-dcgm-exporter-dra" in daemonsets and "nvidia-dcgm-dra" in daemonsets
     assert "nvidia-dcgm-exporter" not in daemonsets and "nvidia-dcgm" not in daemonsets
+
+
+# --- per-container settings of the kubelet plugin ---------------------------------------------------------------
+
+PLUGIN_KEY = "gpu-stack:dra.kubeletPlugin"
+
+
+def with_plugin(plugin: dict[str, Any], **dra: Any) -> dict[str, Any]:
+    config = copy.deepcopy(DRA)
+    config["gpu-stack:dra"] = {**config["gpu-stack:dra"], "kubeletPlugin": plugin, **dra}
+    return config
+
+
+def test_each_plugin_container_takes_its_own_resources_and_health_port():
+    plugin = objects(render(with_plugin({
+        "gpus": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}, "healthcheckPort": 52516},
+        "computeDomains": {"resources": {"requests": {"cpu": "50m"}}},
+    }), stack="dra"), "DaemonSet")["nvidia-dra-driver-kubelet-plugin"]
+    gpus, domains = container(plugin, "gpus"), container(plugin, "compute-domains")
+    assert gpus["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    assert domains["resources"] == {"requests": {"cpu": "50m"}}
+    assert env_of(gpus)["HEALTHCHECK_PORT"] == "52516" and gpus["livenessProbe"]["grpc"]["port"] == 52516
+    assert gpus["startupProbe"]["grpc"]["port"] == 52516
+    # unset: NVIDIA's default port
+    assert env_of(domains)["HEALTHCHECK_PORT"] == "51515" and domains["livenessProbe"]["grpc"]["port"] == 51515
+
+
+def test_by_default_the_plugin_containers_are_as_nvidias_asset():
+    plugin = objects(render_stack("dra"), "DaemonSet")["nvidia-dra-driver-kubelet-plugin"]
+    assert "resources" not in container(plugin, "gpus")
+    assert env_of(container(plugin, "gpus"))["HEALTHCHECK_PORT"] == "51516"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "dra", "key", "fragment"),
+    [
+        ({"gpus": {"healthcheckPort": 80}}, {}, f"{PLUGIN_KEY}.gpus.healthcheckPort", "greater than or equal to 1024"),
+        ({"gpus": {"healthcheckPort": 70000}}, {}, f"{PLUGIN_KEY}.gpus.healthcheckPort", "less than or equal to 65535"),
+        ({"gpus": {"healthcheckPort": 8080}}, {}, f"{PLUGIN_KEY}.gpus.healthcheckPort", "is a metrics port"),
+        ({"gpus": {"healthcheckPort": 51515}}, {}, f"{PLUGIN_KEY}.computeDomains.healthcheckPort", "the gpus container's health port too"),
+        ({"computeDomains": {"healthcheckPort": 52000}}, {"computeDomains": False}, f"{PLUGIN_KEY}.computeDomains", "only with dra.computeDomains: true"),
+        ({"gpus": {"resources": {"requests": {"cpu": "lots"}}}}, {}, f"{PLUGIN_KEY}.gpus.resources.requests", "quantity"),
+        ({"gpus": {"port": 1}}, {}, f"{PLUGIN_KEY}.gpus.port", "unknown key"),
+    ],
+    ids=["privileged port", "beyond 65535", "metrics port", "same port", "no compute domains", "bad quantity", "typo"],
+)
+def test_bad_plugin_container_settings_name_the_key(plugin, dra, key, fragment):
+    found = problems(with_plugin(plugin, **dra))
+    assert any(k.startswith(key) and fragment in m for k, m in found), found
+
+
+def test_plugin_resources_are_set_in_one_place():
+    config = with_plugin({"gpus": {"resources": {"requests": {"cpu": "100m"}}}})
+    config.setdefault("gpu-stack:operands", {})["draDriver"] = {"resources": {"requests": {"cpu": "200m"}}}
+    found = problems(config)
+    assert any(k == f"{PLUGIN_KEY}.gpus.resources" and "not both" in m for k, m in found), found

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field, StrictBool, field_validator
 
 from components.config.base import NAMESPACE, _Model, shown
+from components.config.overrides import Resources
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -42,8 +43,42 @@ GATE_EXCLUDES = (
 )
 
 
+# The kubelet plugin containers' gRPC health ports when the stack names none (GO:internal/state/dra_driver.go), and
+# the HTTP metrics ports they serve besides, which a health port may not take.
+DEFAULT_HEALTH_PORTS = {"gpus": 51516, "computeDomains": 51515}
+METRICS_PORTS = (8080, 8081)
+
+
+class PluginContainer(_Model):
+    """One container of the DRA kubelet plugin, as NVIDIA's `draDriver.<gpus|computeDomains>.kubeletPlugin`."""
+
+    resources: Optional[Resources] = Field(
+        default=None, description="This container's requests and limits (none by default, as NVIDIA's asset)."
+    )
+    healthcheck_port: Optional[int] = Field(
+        default=None, ge=1024, le=65535,
+        description="The gRPC health port (HEALTHCHECK_PORT) its probes call: 51516 for gpus, 51515 for compute domains "
+        "by default; change it where another host-network service on the node holds it.",
+    )
+
+
+class KubeletPlugin(_Model):
+    gpus: PluginContainer = PluginContainer()
+    compute_domains: PluginContainer = PluginContainer()
+
+    def health_port(self, container: str) -> int:
+        own = self.gpus if container == "gpus" else self.compute_domains
+        return own.healthcheck_port or DEFAULT_HEALTH_PORTS[container]
+
+
 class Dra(_Model):
     """NVIDIA's DRA driver for GPUs, on the pools with `allocation: dra`."""
+
+    kubelet_plugin: KubeletPlugin = Field(
+        default=KubeletPlugin(),
+        description="Per container of the kubelet plugin (`gpus`, `computeDomains`): `resources` and "
+        "`healthcheckPort`, as NVIDIA's `draDriver.gpus.kubeletPlugin` and `draDriver.computeDomains.kubeletPlugin`.",
+    )
 
     # Multi-node NVLink (IMEX) ComputeDomains: the controller, CRDs and the kubelet plugin's second container.
     compute_domains: StrictBool = False
@@ -98,7 +133,7 @@ def _dra_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         if cfg.dra.model_fields_set:
             problems.append((f"{NAMESPACE}:dra", "no pool has allocation: dra; remove this block"))
         return problems
-    problems += _gate_checks(cfg)
+    problems += _gate_checks(cfg) + _plugin_container_checks(cfg)
     old = [v for v in cfg.cluster.kubernetes_versions if int(v.split(".")[1]) < DRA_MIN_KUBERNETES_MINOR]
     if old:
         problems.append(
@@ -113,6 +148,31 @@ def _dra_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems.append(
             (f"{NAMESPACE}:components.nodeLabeler", "DRA pools take the dra-driver deploy label from the node labeller: set it to true")
         )
+    return problems
+
+
+def _plugin_container_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """The compute domains container exists only with compute domains; the two health ports and the metrics ports
+    are one host network's (the plugin runs with hostNetwork off, but both containers share the pod's)."""
+    plugin = cfg.dra.kubelet_plugin
+    here = f"{NAMESPACE}:dra.kubeletPlugin"
+    problems: list[tuple[str, str]] = []
+    if plugin.compute_domains.model_fields_set and not cfg.dra.compute_domains:
+        problems.append((f"{here}.computeDomains", "the compute-domains container runs only with dra.computeDomains: true; "
+                                                   "remove this block or turn compute domains on"))
+    gpus, domains = plugin.health_port("gpus"), plugin.health_port("computeDomains")
+    for name, port in (("gpus", gpus), ("computeDomains", domains)):
+        if port in METRICS_PORTS:
+            problems.append((f"{here}.{name}.healthcheckPort", f"{port} is a metrics port of the plugin (8080, 8081); pick another"))
+    if cfg.dra.compute_domains and gpus == domains:
+        problems.append((f"{here}.computeDomains.healthcheckPort", f"{domains} is the gpus container's health port too; "
+                                                                   "the two containers share the pod's network"))
+    operand = cfg.operands.dra_driver
+    per_container = [n for n, c in (("gpus", plugin.gpus), ("computeDomains", plugin.compute_domains)) if c.resources is not None]
+    if per_container and operand is not None and operand.resources is not None:
+        problems.append((f"{here}.{per_container[0]}.resources",
+                         "operands.draDriver.resources already sets every plugin container's resources: set them there "
+                         "for both containers, or here per container, not both"))
     return problems
 
 

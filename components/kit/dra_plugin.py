@@ -8,7 +8,7 @@ state module stays readable; components/kit/dra_api.py holds the DRA API objects
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -28,12 +28,14 @@ from pulumi_kubernetes.core.v1 import (
     PodTemplateSpecArgs,
     PreferredSchedulingTermArgs,
     ProbeArgs,
+    ResourceRequirementsArgs,
     TolerationArgs,
     WeightedPodAffinityTermArgs,
 )
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 
 from components.catalogs import consts
+from components.config.overrides import Resources
 from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
@@ -127,7 +129,14 @@ PASSTHROUGH_VOLUMES = (
 )
 
 
-def gpus_container(image: str, feature_gates: str = "", passthrough: bool = False) -> ContainerArgs:
+def _requirements(resources: Optional[Resources]) -> Optional[ResourceRequirementsArgs]:
+    if resources is None:
+        return None  # as NVIDIA's asset: none unless the stack sets them
+    return ResourceRequirementsArgs(requests=dict(resources.requests) or None, limits=dict(resources.limits) or None)
+
+
+def gpus_container(image: str, feature_gates: str = "", passthrough: bool = False, *,
+                   health_port: int = GPUS_HEALTH_PORT, resources: Optional[Resources] = None) -> ContainerArgs:
     """`feature_gates`: the FEATURE_GATES value (empty: the driver's defaults)."""
     return ContainerArgs(
         name="gpus",
@@ -143,15 +152,17 @@ def gpus_container(image: str, feature_gates: str = "", passthrough: bool = Fals
             NODE_NAME_ENV,
             env_from_field("NAMESPACE", "metadata.namespace"),
             env("IMAGE_NAME", image),
-            *_kubelet_env(GPUS_HEALTH_PORT),
+            *_kubelet_env(health_port),
             *_gates_env(feature_gates),
         ],
-        **_health_probes(GPUS_HEALTH_PORT, 30),
+        **_health_probes(health_port, 30),
+        resources=_requirements(resources),
         volume_mounts=[*PLUGIN_MOUNTS, *(PASSTHROUGH_MOUNTS if passthrough else ())],
     )
 
 
-def compute_domains_container(image: str, feature_gates: str = "") -> ContainerArgs:
+def compute_domains_container(image: str, feature_gates: str = "", *, health_port: int = COMPUTE_DOMAINS_HEALTH_PORT,
+                              resources: Optional[Resources] = None) -> ContainerArgs:
     return ContainerArgs(
         name="compute-domains",
         image=image,
@@ -164,12 +175,13 @@ def compute_domains_container(image: str, feature_gates: str = "") -> ContainerA
             env("NVIDIA_MIG_CONFIG_DEVICES", "all"),
             NODE_NAME_ENV,
             env_from_field("NAMESPACE", "metadata.namespace"),
-            *_kubelet_env(COMPUTE_DOMAINS_HEALTH_PORT),
+            *_kubelet_env(health_port),
             # v0.5.0: the plugin labels its node's NVLink clique itself (GO commit c5656b834)
             env("GPU_CLIQUE_LABEL_ENABLED", "true"),
             *_gates_env(feature_gates),
         ],
-        **_health_probes(COMPUTE_DOMAINS_HEALTH_PORT, 10),
+        **_health_probes(health_port, 10),
+        resources=_requirements(resources),
         volume_mounts=list(PLUGIN_MOUNTS),
     )
 

@@ -59,6 +59,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
 
 from components.catalogs import consts
+from components.config.dra import KubeletPlugin
 from components.kit.builders import (
     VALIDATIONS_VOLUME,
     Operands,
@@ -127,6 +128,7 @@ class DraDriver(pulumi.ComponentResource):
         pools: Sequence[str],
         compute_domains: bool,
         feature_gates: Mapping[str, bool] = MappingProxyType({}),
+        plugin: KubeletPlugin = KubeletPlugin(),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -183,8 +185,9 @@ class DraDriver(pulumi.ComponentResource):
         policy = slice_policy(ops.namespace, KUBELET_PLUGIN_SA, child)
 
         containers = [
-            gpus_container(image, gates, passthrough),
-            *([compute_domains_container(image, gates)] if compute_domains else []),
+            gpus_container(image, gates, passthrough, health_port=plugin.health_port("gpus"), resources=plugin.gpus.resources),
+            *([compute_domains_container(image, gates, health_port=plugin.health_port("computeDomains"),
+                                         resources=plugin.compute_domains.resources)] if compute_domains else []),
         ]
         self.daemonset = operand_daemonset(
             DAEMONSET,
