@@ -216,16 +216,12 @@ def named_label_values(spec: Mapping, key: str) -> Optional[set[str]]:
 AGENT_DECIDED = (consts.POOL_LABEL, consts.DRIVER_DAEMONSET_LABEL)
 
 
-# Not a label: where a pool's nodes may carry one of several gpu-stack/driver values (see _may_hold).
-_CHOICES = " driver choices"
-
-
-def pool_node_labels(pool: Pool) -> dict[str, str]:
-    """The labels every node of the pool carries: its selector, and what the node agent writes for the pool."""
-    labels = {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
-    if pool.driver_daemonsets:
-        labels[_CHOICES] = ",".join(pool.driver_daemonsets)
-    return labels
+def pool_node_labels(pool: Pool) -> list[dict[str, str]]:
+    """The labels a node of the pool may carry: its selector and what the node agent writes for the pool, once
+    for a node the agent has not given a driver DaemonSet yet and once for each it may give (one per node image
+    of the pool, document version 4)."""
+    base = {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
+    return [base, *({**base, consts.DRIVER_DAEMONSET_LABEL: d} for d in pool.driver_daemonsets)]
 
 
 def _terms(spec: Mapping) -> list[list[Mapping]]:
@@ -263,11 +259,9 @@ def could_share_a_node(first: Mapping, second: Mapping, pool: Pool) -> bool:
     not labelled yet."""
     selectors = [{"key": k, "operator": "In", "values": [v]} for spec in (first, second)
                  for k, v in node_selector(spec).items() if not k.startswith(consts.DEPLOY_PREFIX)]
-    base = {**pool.node_selector, consts.POOL_LABEL: pool.name, **pool.labels}
-    variants = [base] + [{**base, consts.DRIVER_DAEMONSET_LABEL: d} for d in pool.driver_daemonsets]
     return any(
         _jointly_possible([*a, *b, *selectors], variant)
-        for variant in variants for a in _terms(first) for b in _terms(second)
+        for variant in pool_node_labels(pool) for a in _terms(first) for b in _terms(second)
     )
 
 
@@ -276,10 +270,6 @@ def _may_hold(expression: Mapping, labels: Mapping[str, str]) -> bool:
     (kernel, GFD's labels) may take any value."""
     key, operator = str(expression.get("key")), expression.get("operator")
     values = {str(v) for v in items(expression.get("values"))}
-    choices = labels.get(_CHOICES)
-    if key == consts.DRIVER_DAEMONSET_LABEL and key not in labels and choices:
-        # One of the pool's driver DaemonSets, or none yet: only `In` names that exclude them all fail.
-        return operator != "In" or bool(values & set(choices.split(",")))
     if key not in labels:
         # The node agent decides its own labels: one it does not write for the pool is absent on its nodes.
         return operator in ("DoesNotExist", "NotIn") if key in AGENT_DECIDED else True
@@ -312,7 +302,7 @@ def pools_a_pod_can_reach(spec: Mapping, pools: Iterable[Pool]) -> list[Pool]:
         pool
         for pool in pools
         if required <= pool.deploy_components
-        and affinity_admits(spec, pool_node_labels(pool))
+        and any(affinity_admits(spec, labels) for labels in pool_node_labels(pool))
         and selectors_compatible(selector, pool.node_selector)
     ]
 

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import backoff, drift, gate, inventory, labelcheck, labels, pods
 from . import podwatch
-from .podwatch import await_pods
+from .podwatch import HEALTHY, NEUTRAL, SHORT, await_pods, follow
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -171,7 +171,7 @@ def apply_label_patch(core: Any, node: Mapping[str, Any], patch: Mapping[str, An
 
 # What one pass of a loop reports: HEALTHY resets the backoff, SHORT (a watch the server ended long before its
 # timeout) counts as a failure, NEUTRAL (a new pass asked for by an event) does neither.
-HEALTHY, SHORT, NEUTRAL = "healthy", "short", "neutral"
+# (podwatch.py holds them: its watches report them too.)
 
 
 def _keep_running(
@@ -281,21 +281,13 @@ def run_label_loop(
                                watch_pods, stop, clock)
         resource_version = (node.get("metadata") or {}).get("resourceVersion")
         started = clock()
-        events = iter(watch_events(core, node_name, timeout, resource_version))
-        try:
-            for event in events:
-                if stop():
-                    return NEUTRAL
-                if event.get("type") in ("ADDED", "MODIFIED") and handle(event["object"]) != busy:
-                    # A new pass, so that the watch runs for as long as the new state asks.
-                    return NEUTRAL
-        finally:
-            # Release the watch connection now when leaving early (error, stop),
-            # not whenever the generator happens to be collected.
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY
+
+        def ends_pass(event: Mapping[str, Any]) -> bool:
+            # A node event that changes whether the node is busy starts a new pass, so that the watch runs for as
+            # long as the new state asks.
+            return stop() or (event.get("type") in ("ADDED", "MODIFIED") and handle(event["object"]) != busy)
+
+        return follow(watch_events(core, node_name, timeout, resource_version), ends_pass, timeout, started, clock)
 
     _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 

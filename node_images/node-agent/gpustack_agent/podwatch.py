@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from kubernetes import watch
 
@@ -49,13 +49,23 @@ def await_pods(core: Any, node_name: str, timeout: int, wants: Callable[[Mapping
     """Watch the node's pods from ``resource_version`` (the pass's own read of them) until an event ``wants``
     (NEUTRAL: look again now) or ``timeout`` (HEALTHY)."""
     started = clock()
-    events = iter((watch_pods or watch_node_pods)(core, node_name, timeout, resource_version))
+    events = (watch_pods or watch_node_pods)(core, node_name, timeout, resource_version)
+    return follow(events, lambda event: stop() or wants(event), timeout, started, clock)
+
+
+def follow(events: Iterable[dict[str, Any]], ends_pass: Callable[[Mapping[str, Any]], bool], timeout: int,
+           started: float, clock: Callable[[], float]) -> str:
+    """Read a watch until an event ``ends_pass`` (NEUTRAL: look again now) or the stream ends (HEALTHY, or SHORT
+    when it ended well before ``timeout``: the caller backs off)."""
+    stream = iter(events)
     try:
-        for event in events:
-            if stop() or wants(event):
+        for event in stream:
+            if ends_pass(event):
                 return NEUTRAL
     finally:
-        close = getattr(events, "close", None)
+        # Release the watch connection now when leaving early (an error, a stop), not whenever the generator
+        # happens to be collected.
+        close = getattr(stream, "close", None)
         if close is not None:
             close()
     return SHORT if backoff.watch_ended_early(clock() - started, timeout) else HEALTHY

@@ -297,12 +297,17 @@ def test_an_eviction_a_disruption_budget_blocks_is_asked_again_then_fails_at_the
 # --- the shared budget ---------------------------------------------------------------------------------------
 
 
-def test_with_a_budget_of_one_the_second_node_waits_for_the_first(load_fixture, paced_config, clock):
+def two_nodes_losing_their_exporter(load_fixture, paced_config, clock) -> tuple[FakeCluster, Agent, Agent]:
+    """Two a100 nodes, each running the exporter a change of the config removes, and an agent on each."""
     cluster = FakeCluster(
         [a100_node(load_fixture, paced_config, NODE), a100_node(load_fixture, paced_config, SECOND)],
         [operand_pod("nvidia-dcgm-exporter-a", NODE, "dcgm-exporter"),
          operand_pod("nvidia-dcgm-exporter-b", SECOND, "dcgm-exporter")])
-    first, second = Agent(cluster, NODE, clock), Agent(cluster, SECOND, clock)
+    return cluster, Agent(cluster, NODE, clock), Agent(cluster, SECOND, clock)
+
+
+def test_with_a_budget_of_one_the_second_node_waits_for_the_first(load_fixture, paced_config, clock):
+    cluster, first, second = two_nodes_losing_their_exporter(load_fixture, paced_config, clock)
     config = without_exporter(paced_config)
 
     assert first.reconcile(config) is True
@@ -323,11 +328,7 @@ def test_with_a_budget_of_one_the_second_node_waits_for_the_first(load_fixture, 
 
 
 def test_a_waiting_node_reads_nothing_on_its_nodes_events_until_its_poll(load_fixture, paced_config, clock):
-    cluster = FakeCluster(
-        [a100_node(load_fixture, paced_config, NODE), a100_node(load_fixture, paced_config, SECOND)],
-        [operand_pod("nvidia-dcgm-exporter-a", NODE, "dcgm-exporter"),
-         operand_pod("nvidia-dcgm-exporter-b", SECOND, "dcgm-exporter")])
-    first, second = Agent(cluster, NODE, clock), Agent(cluster, SECOND, clock)
+    cluster, first, second = two_nodes_losing_their_exporter(load_fixture, paced_config, clock)
     config = without_exporter(paced_config)
     first.reconcile(config)
     second.reconcile(config)
