@@ -54,6 +54,9 @@ BAD = [
     ("extra volume named like a ConfigMap volume", driver(extraVolumes=[{"name": "internal-ca", "mountPath": "/x", "secret": {"name": "s"}}]), "extraVolumes[0].name", "certConfig"),
     ("extra volume over a driver mount", driver(extraVolumes=[{"name": "x", "mountPath": "/run/nvidia", "secret": {"name": "s"}}]), "extraVolumes[0].mountPath", "driver container"),
     ("extra volume relative path", driver(extraVolumes=[{"name": "x", "mountPath": "etc/x", "secret": {"name": "s"}}]), "extraVolumes[0].mountPath", "absolute"),
+    ("extra volume subPath absolute", driver(extraVolumes=[{"name": "x", "mountPath": "/x", "subPath": "/etc", "secret": {"name": "s"}}]), "extraVolumes[0].subPath", "relative path"),
+    ("extra volume subPath escapes", driver(extraVolumes=[{"name": "x", "mountPath": "/x", "subPath": "a/../../b", "secret": {"name": "s"}}]), "extraVolumes[0].subPath", "no '..'"),
+    ("extra volume subPath empty", driver(extraVolumes=[{"name": "x", "mountPath": "/x", "subPath": "", "secret": {"name": "s"}}]), "extraVolumes[0].subPath", "relative path"),
     ("extra hostPath type", driver(extraVolumes=[{"name": "x", "mountPath": "/x", "hostPath": {"path": "/x", "type": "Dir"}}]), "extraVolumes[0].hostPath.type", "'DirectoryOrCreate'"),
 ]
 
@@ -115,7 +118,7 @@ EVERYTHING = {
     "extraVolumes": [
         {"name": "host-keys", "mountPath": "/etc/keys", "hostPath": {"path": "/etc/platform/keys", "type": "Directory"}},
         {"name": "tuning", "mountPath": "/etc/tuning", "readOnly": False, "configMap": {"name": "tuning"}},
-        {"name": "creds", "mountPath": "/etc/creds", "secret": {"name": "creds"}},
+        {"name": "creds", "mountPath": "/etc/creds/token", "subPath": "token", "secret": {"name": "creds"}},
     ],
     "startupProbe": {"initialDelaySeconds": 120, "failureThreshold": 240},
     "readinessProbe": {"periodSeconds": 30, "successThreshold": 2},
@@ -153,6 +156,7 @@ def test_the_driver_container_gets_every_extension_in_the_operators_shape(everyt
     assert found["/usr/local/share/ca-certificates/root.crt"]["name"] == "internal-ca"
     assert found["/etc/keys"] == {"name": "host-keys", "mountPath": "/etc/keys", "readOnly": True}
     assert "readOnly" not in found["/etc/tuning"]
+    assert found["/etc/creds/token"] == {"name": "creds", "mountPath": "/etc/creds/token", "readOnly": True, "subPath": "token"}
     # the operator's order: licence, module parameters, repositories, CAs; then the extra volumes
     order = [m["name"] for m in ctr["volumeMounts"]]
     tail = order[order.index("licensing-config"):]
@@ -166,6 +170,14 @@ def test_the_driver_container_gets_every_extension_in_the_operators_shape(everyt
 
 def test_sidecars_get_what_the_operator_gives_each(everything):
     ds, _ = everything
+    extra = ["host-keys", "tuning", "creds"]
+    # the extra volumes go where the NVIDIADriver form mounts its additional volumes: every container of the driver
+    # pod but k8s-driver-manager, each in the driver container's order and with its subPath
+    for name in ("nvidia-peermem-ctr", "nvidia-fs-ctr", "nvidia-gdrcopy-ctr"):
+        found = container(ds, name)["volumeMounts"]
+        assert [m["name"] for m in found if m["name"] in extra] == extra
+        assert {"name": "creds", "mountPath": "/etc/creds/token", "readOnly": True, "subPath": "token"} in found
+    assert not {m["name"] for m in container(ds, "k8s-driver-manager")["volumeMounts"]} & set(extra)
     peermem = container(ds, "nvidia-peermem-ctr")
     assert peermem["env"][0] == {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     assert "/drivers/nvidia.conf" in mounts(peermem) and "/etc/apt/sources.list.d/a.list" not in mounts(peermem)

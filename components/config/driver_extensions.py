@@ -162,10 +162,16 @@ class NamedSource(_Model):
 
 
 class ExtraVolume(_Model):
-    """One more volume, mounted into the driver container (NVIDIADriver's additional volumes)."""
+    """One more volume for the driver pod, mounted where the NVIDIADriver form mounts its additional volumes: into
+    nvidia-driver-ctr and each GPUDirect sidecar the stack runs (nvidia-peermem-ctr, nvidia-fs-ctr,
+    nvidia-gdrcopy-ctr), never into k8s-driver-manager or the Driver Toolkit sidecar
+    (GO:internal/state/driver_volumes.go getDriverAdditionalConfigs, manifests/state-driver/0500_daemonset.yaml)."""
 
     name: str = Field(description="Volume name: a DNS-1123 label not used by the driver pod already.")
-    mount_path: str = Field(description="Where it is mounted in nvidia-driver-ctr (absolute).")
+    mount_path: str = Field(description="Where it is mounted in each container that gets it (absolute).")
+    sub_path: Optional[str] = Field(
+        default=None, description="Mount only this file or directory of the volume (relative, without '..')."
+    )
     read_only: StrictBool = Field(default=True, description="Mount read-only (the default).")
     host_path: Optional[HostPathSource] = Field(default=None, description="A node path (the policy pack must allow it).")
     config_map: Optional[NamedSource] = Field(default=None, description="A ConfigMap, every key a file.")
@@ -185,6 +191,14 @@ class ExtraVolume(_Model):
     def _mount_path(cls, value: str) -> str:
         if not value.startswith("/") or ":" in value or len(value) > 1024 or ".." in value.split("/"):
             raise ValueError(f"{value[:80]!r} is not an absolute path without ':' or '..'")
+        return value
+
+    @field_validator("sub_path")
+    @classmethod
+    def _sub_path(cls, value: Optional[str]) -> Optional[str]:
+        # The API server's validateLocalDescendingPath: relative, no '..' element.
+        if value is not None and (not value or value.startswith("/") or len(value) > 1024 or ".." in value.split("/")):
+            raise ValueError(f"{value[:80]!r} is not a relative path inside the volume (no leading '/', no '..')")
         return value
 
     @model_validator(mode="after")

@@ -67,7 +67,7 @@ class Driver(_Model):
         "and that of the GDS and GDRCopy sidecars.",
     )
     extra_volumes: list[ExtraVolume] = Field(
-        default=[], max_length=32, description="More volumes, mounted into nvidia-driver-ctr."
+        default=[], max_length=32, description="More volumes, mounted into nvidia-driver-ctr and each GPUDirect sidecar (peermem, nvidia-fs, gdrcopy), as NVIDIADriver mounts its additional volumes."
     )
     startup_probe: Optional[StartupProbeTimings] = Field(
         default=None,

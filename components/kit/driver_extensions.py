@@ -131,7 +131,10 @@ def pod_extensions(settings: DriverSettings, os_tag: str, *, precompiled: bool) 
         else:
             assert extra.secret is not None  # the model requires exactly one source
             ext.volumes.append(VolumeArgs(name=extra.name, secret=SecretVolumeSourceArgs(secret_name=extra.secret.name)))
-        ext.driver_mounts.append(mount(extra.name, extra.mount_path, read_only=extra.read_only or None))
+        extra_mount = mount(extra.name, extra.mount_path, read_only=extra.read_only or None, sub_path=extra.sub_path)
+        ext.driver_mounts.append(extra_mount)
+        ext.peermem_mounts.append(extra_mount)
+        ext.sidecar_mounts.append(extra_mount)
     return ext
 
 
