@@ -46,7 +46,13 @@ from components.states.validator import ready_files as validator_ready_files
 
 
 def stack_digest(cfg: StackConfig) -> str:
-    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:16]
+    dumped = cfg.model_dump(mode="json", by_alias=True)
+    # A key added after stacks were deployed leaves their digest as it was while it keeps its default, so
+    # upgrading gpu-stack re-runs no gate.
+    cluster = dumped["cluster"]
+    if cluster["platform"] == "kubernetes" and cluster["openshift"] is None:
+        del cluster["platform"], cluster["openshift"]
+    return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class GpuStack(VmStates, pulumi.ComponentResource):

@@ -1,6 +1,6 @@
 """Strict JSON Schemas for the custom resources gpu-stack renders: the Prometheus Operator's `ServiceMonitor` and
 `PrometheusRule` (monitoring.coreos.com/v1), its patch of KubeVirt's `KubeVirt` (kubevirt.io/v1) and NFD's
-`NodeFeatureRule` (nfd.k8s-sigs.io/v1alpha1).
+`NodeFeatureRule` (nfd.k8s-sigs.io/v1alpha1), OpenShift's `SecurityContextConstraints`.
 
 kubernetes-validate ships schemas for built-in kinds only, so `gpustack.schema.validator` falls back to these.
 They are written from each project's API reference (field names and types: the Prometheus Operator API docs,
@@ -318,7 +318,41 @@ COMPUTE_DOMAIN = _object(
     required=("apiVersion", "kind", "metadata", "spec"),
 )
 
+# OpenShift's SecurityContextConstraints (security.openshift.io/v1, openshift/api security/v1 types.go and its CRD):
+# the fields sit at the top level, not under a spec, and the CRD requires the host flags and the capability and
+# volume lists (nullable there; gpu-stack writes empty lists and priority 0, what null means).
+_STRATEGY = {"type": "string", "enum": ["MustRunAs", "RunAsAny", "MustRunAsRange", "MustRunAsNonRoot"]}
+_ID_RANGES = {"type": "array", "items": _object({"min": {"type": "integer"}, "max": {"type": "integer"}})}
+SECURITY_CONTEXT_CONSTRAINTS = _object(
+    {
+        "apiVersion": {"const": "security.openshift.io/v1"},
+        "kind": {"const": "SecurityContextConstraints"},
+        "metadata": _METADATA,
+        **{flag: {"type": "boolean"} for flag in (
+            "allowHostDirVolumePlugin", "allowHostIPC", "allowHostNetwork", "allowHostPID", "allowHostPorts",
+            "allowPrivilegeEscalation", "allowPrivilegedContainer", "defaultAllowPrivilegeEscalation",
+            "readOnlyRootFilesystem",
+        )},
+        **{strings: _STRINGS for strings in (
+            "allowedCapabilities", "allowedUnsafeSysctls", "defaultAddCapabilities", "forbiddenSysctls", "groups",
+            "requiredDropCapabilities", "seccompProfiles", "users", "volumes",
+        )},
+        "priority": {"type": "integer", "minimum": 0},
+        "fsGroup": _object({"type": _STRATEGY, "ranges": _ID_RANGES}),
+        "supplementalGroups": _object({"type": _STRATEGY, "ranges": _ID_RANGES}),
+        "runAsUser": _object({"type": _STRATEGY, "uid": {"type": "integer"}, "uidRangeMin": {"type": "integer"}, "uidRangeMax": {"type": "integer"}}),
+        "seLinuxContext": _object({"type": _STRATEGY, "seLinuxOptions": _STRING_MAP}),
+        "userNamespaceLevel": {"enum": ["AllowHostLevel", "RequirePodLevel"]},
+    },
+    required=(
+        "apiVersion", "kind", "metadata", "allowHostDirVolumePlugin", "allowHostIPC", "allowHostNetwork",
+        "allowHostPID", "allowHostPorts", "allowPrivilegedContainer", "allowedCapabilities", "defaultAddCapabilities",
+        "priority", "readOnlyRootFilesystem", "requiredDropCapabilities", "volumes",
+    ),
+)
+
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("security.openshift.io/v1", "SecurityContextConstraints"): SECURITY_CONTEXT_CONSTRAINTS,
     ("resource.nvidia.com/v1beta1", "ComputeDomain"): COMPUTE_DOMAIN,
     (API_VERSION, "ServiceMonitor"): SERVICE_MONITOR,
     (API_VERSION, "PrometheusRule"): PROMETHEUS_RULE,

@@ -22,6 +22,7 @@ SOURCES = {
     "mig_profiles.py": "components/catalogs/mig_profiles.py",
     "mig_parted.py": "components/catalogs/mig_parted.py",
     "consts.py": "components/catalogs/consts.py",
+    "openshift.py": "components/catalogs/openshift.py",
     "order.py": "components/states/order.py",
     # The node image catalog reads catalog.yaml beside itself, so the two travel together.
     "node_images/catalog.py": "node_images/catalog.py",

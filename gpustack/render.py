@@ -97,6 +97,7 @@ def transitive_dependencies(recording: Recording) -> dict[str, set[str]]:
 # the asynchronous SDK completes them, and golden files must not depend on that.
 KIND_ORDER = (
     "Namespace", "RuntimeClass", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
+    "SecurityContextConstraints",
     "ConfigMap", "Secret", "Service", "DaemonSet", "Deployment", "Job",
 )
 

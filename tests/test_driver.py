@@ -417,7 +417,7 @@ def test_manifests_list_the_fleet_after_the_canary_gate():
 def test_a_driver_pod_is_ready_only_once_its_node_validated():
     """So a rolling update counts a node as unavailable until it can run GPU work again."""
     for stack in STACKS:
-        gpudirect = ["nvidia-fs-ready", "gdrcopy-ready", "nvidia-peermem-ready"] if stack == "gpudirect-training" else []
+        gpudirect = {"gpudirect-training": ["nvidia-fs-ready", "gdrcopy-ready", "nvidia-peermem-ready"], "openshift": ["gdrcopy-ready"]}.get(stack, [])
         for name, ds in driver_daemonsets(render_stack(stack)).items():
             # DRA pools' drivers are vouched for by the DRA validator (tests/test_dra_stack.py)
             validated = ["dra-ready"] if name.endswith("-dra") else ["cuda-ready", "plugin-ready"]

@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, field_validator
 
 from components.catalogs import catalog, consts
 from components.config import limits
+from components.config.openshift import OpenShift
 from components.config.base import (
     K8S_VERSION,
     REGISTRY,
@@ -46,6 +47,12 @@ class Cluster(_Model):
     kubernetes_versions: list[str] = Field(min_length=1, max_length=limits.MAX_KUBERNETES_VERSIONS)
     container_runtime: Literal["containerd", "cri-o"] = "containerd"
     namespace: str = "gpu-operator"
+    # The distribution, where it changes what the operator renders (the operator detects OpenShift itself).
+    platform: Literal["kubernetes", "openshift"] = Field(
+        default="kubernetes",
+        description="The distribution: openshift renders NVIDIA's OpenShift objects (SCCs, Driver Toolkit builds, proxy); see docs/openshift.md.",
+    )
+    openshift: Optional[OpenShift] = Field(default=None, description="What the operator reads from an OpenShift cluster (platform openshift only).")
 
     _names = field_validator("name", "namespace")(_dns_label)
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from components.catalogs import openshift
 from components.config.base import NAMESPACE, shown
 from components.kit import naming
 from node_images import catalog as node_image_catalog
 
 if TYPE_CHECKING:
     from components.config.drivers import PoolDriver, PoolDriverPlan
+    from components.config.openshift import DriverToolkit
     from components.config.pools import NodePool
     from components.config.stack import StackConfig
 
@@ -39,6 +41,9 @@ class DriverFlavour:
     node_image: Optional[node_image_catalog.NodeImage]
     daemonset: str
     precompiled: bool
+    # OpenShift with the Driver Toolkit: the RHCOS build this flavour's driver is built for, and its DTK image.
+    rhcos: Optional[str] = None
+    dtk_image: Optional[str] = None
 
     @property
     def kernel(self) -> Optional[str]:
@@ -49,14 +54,21 @@ class DriverFlavour:
         labels = node_image_catalog.os_release_labels(self.os_tag) if self.os_tag else {}
         if self.kernel:
             labels[node_image_catalog.NFD_KERNEL_FULL] = self.kernel
+        if self.rhcos:
+            labels[openshift.NFD_OSTREE_VERSION] = self.rhcos
         return labels
 
 
-def pool_flavours(pool: NodePool, mode: str, own: PoolDriver, *, per_pool: bool) -> tuple[DriverFlavour, ...]:
+def pool_flavours(
+    pool: NodePool, mode: str, own: PoolDriver, *, per_pool: bool, dtk: Optional[DriverToolkit] = None
+) -> tuple[DriverFlavour, ...]:
     """The flavours of a pool's driver, in the order the pool writes them: one per node image with precompiled
     drivers (each kernel needs its own build), one per OS otherwise (a managed driver compiles for the kernel it
-    finds)."""
+    finds), and on OpenShift with the Driver Toolkit one per RHCOS build of each OS (each build's DTK holds the
+    kernel headers of that build alone)."""
     precompiled = mode == "precompiled"
+    if dtk is not None and mode == "managed":
+        return _toolkit_flavours(pool, dtk)
     if precompiled and pool.images:
         entries = [(image.name, image.os_tag, image) for image in pool.images]
     else:
@@ -76,6 +88,20 @@ def pool_flavours(pool: NodePool, mode: str, own: PoolDriver, *, per_pool: bool)
         )
         for entry, os_tag, image in entries
     )
+
+
+def _toolkit_flavours(pool: NodePool, dtk: DriverToolkit) -> tuple[DriverFlavour, ...]:
+    """One driver DaemonSet per (pool, RHCOS build), named from both, as the operator names its DTK DaemonSets per
+    build: an OpenShift update that moves the nodes to a new build adds the new build's DaemonSet next to the old
+    one, and the node agent moves each node over when it reboots into the new build. Pinned names do not apply:
+    a build's DaemonSet lives only as long as the build."""
+    return tuple(
+        DriverFlavour(
+            os_tag, os_tag, None, naming.bounded(f"{naming.DRIVER_DAEMONSET}-{pool.name}-{build}"), False, build, image
+        )
+        for os_tag in pool.os_tags
+        for build, image in dtk.builds(os_tag).items()
+    ) or (DriverFlavour("", "", None, naming.driver_daemonset(pool.name, None, per_pool=True), False),)
 
 
 def node_image_list_checks(cfg: StackConfig, pool: NodePool, plan: PoolDriverPlan, here: str) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from components.config.cluster import (
 from components.config.dra import Dra, _dra_checks
 from components.config.driver_extensions import _driver_extension_checks
 from components.config.image_lists import pool_flavours
+from components.config.openshift import DriverToolkit, openshift_checks
 from components.config.drivers import Driver, PoolDriverPlan, _driver_daemonset_checks, _pool_driver_checks
 from components.config.gpudirect import GpuDirect, _gpudirect_checks, gds_needs_open_modules
 from components.config.hostpaths import HostPaths, _host_paths_checks
@@ -109,8 +110,16 @@ class StackConfig(_Model):
             version=own.version or self.versions.driver,
             branch=own.branch or self.driver.branch,
             kernel_module_type=module_type,
-            flavours=pool_flavours(pool, mode, own, per_pool=self.components.node_labeler),
+            flavours=pool_flavours(pool, mode, own, per_pool=self.components.node_labeler, dtk=self.driver_toolkit),
         )
+
+    @property
+    def driver_toolkit(self) -> Optional[DriverToolkit]:
+        """The cluster's Driver Toolkit builds, where managed drivers are built with them (OpenShift)."""
+        openshift = self.cluster.openshift
+        if self.cluster.platform != "openshift" or openshift is None or not openshift.driver_toolkit.enabled:
+            return None
+        return openshift.driver_toolkit
 
     @property
     def driver_pools(self) -> list[NodePool]:
@@ -167,6 +176,7 @@ def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
             )
         )
     problems += _driver_daemonset_checks(cfg)
+    problems += openshift_checks(cfg)
     problems += _driver_extension_checks(cfg)
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
         problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))

@@ -93,6 +93,8 @@ class Operands:
     # `gpu-stack:operands`, by operand key, and the images those overrides resolve to (components/kit/operand_overrides.py).
     overrides: Mapping[str, OperandOverride] = field(default_factory=dict)
     operand_images: Mapping[str, str] = field(default_factory=dict)
+    # On OpenShift every operand with an SCC in NVIDIA's assets gets it (kit/rbac.py).
+    openshift: bool = False
 
 
 # --- metadata, env, volumes ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Optional
 from pulumi_kubernetes.core.v1 import ContainerArgs, ExecActionArgs, ProbeArgs
 
 from components.catalogs import consts
+from components.catalogs.openshift import DTK_ENTRYPOINT, DTK_SHARED_DIR, DTK_SIDECAR_VERBS, DTK_VOLUME
 from components.kit.builders import PRIVILEGED_S0, env, mount
 from components.kit.driver_extensions import DriverPodExtensions
 from components.kit.driver_targets import DriverTarget, Sidecars, sidecar_images
@@ -71,6 +72,7 @@ def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions
                 liveness_probe=_shell_probe(PEERMEM_PROBE, initial_delay=30, period=30, failures=1),
             )
         )
+    dtk = target.openshift is not None and target.openshift.toolkit
     installers = {"nvidia-fs-ctr": ("nvidia-gds-driver", "nvidia_fs"), "nvidia-gdrcopy-ctr": ("nvidia-gdrcopy-driver", "gdrdrv")}
     for name, image in sidecar_images(target).items():
         installer, module = installers[name]
@@ -79,11 +81,12 @@ def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions
                 name=name,
                 image=image,
                 image_pull_policy="IfNotPresent",
-                command=["bash", "-xc"],
-                args=[f"{AWAIT_DRIVER}exec {installer} install"],
+                # With the Driver Toolkit the module is built by the DTK entrypoint the driver container shares.
+                command=[DTK_ENTRYPOINT] if dtk else ["bash", "-xc"],
+                args=[DTK_SIDECAR_VERBS[name]] if dtk else [f"{AWAIT_DRIVER}exec {installer} install"],
                 security_context=PRIVILEGED_S0,
                 env_from=ext.env_from,
-                volume_mounts=[*SIDECAR_MOUNTS, *ext.sidecar_mounts],
+                volume_mounts=[*SIDECAR_MOUNTS, *([mount(DTK_VOLUME, DTK_SHARED_DIR)] if dtk else []), *ext.sidecar_mounts],
                 startup_probe=_shell_probe(f"lsmod | grep -q '^{module} '", initial_delay=10, period=10, failures=120),
             )
         )

@@ -13,6 +13,7 @@ replace its pods within the fleet's one disruption budget (components/states/dri
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -47,6 +48,22 @@ class ValidatedFiles:
 
 
 @dataclass(frozen=True)
+class OpenShiftDriver:
+    """What a driver DaemonSet on OpenShift adds (fact sheet Appendix F): the cluster's version and proxy for the
+    driver container, and with the Driver Toolkit the RHCOS build it is built for and that build's DTK image."""
+
+    version: str
+    proxy_env: tuple[tuple[str, str], ...] = ()
+    trusted_ca: bool = False
+    rhcos: Optional[str] = None
+    dtk_image: Optional[str] = None
+
+    @property
+    def toolkit(self) -> bool:
+        return self.dtk_image is not None
+
+
+@dataclass(frozen=True)
 class DriverTarget:
     """One driver DaemonSet and the pools it serves (`selects_pools` false: every node with the driver deploy label,
     in a stack without the node labeller)."""
@@ -65,6 +82,7 @@ class DriverTarget:
     # NFD's labels of the nodes it is built for (OS, and kernel when precompiled): what a node the agent has not
     # assigned yet must carry, and what the agent assigns nodes by (components/config/image_lists.py).
     node_labels: tuple[tuple[str, str], ...] = ()
+    openshift: Optional[OpenShiftDriver] = None
 
     def validated_files(self, files: ValidatedFiles) -> tuple[str, ...]:
         return files.dra if self.dra else files.device_plugin
@@ -109,9 +127,24 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
                 selects_pools=cfg.components.node_labeler,
                 extensions=digest_material(cfg.driver),
                 node_labels=tuple(sorted(flavour.node_labels().items())) if cfg.components.node_labeler else (),
+                openshift=_openshift_driver(cfg, flavour),
             )
         )
     return targets
+
+
+def _openshift_driver(cfg: StackConfig, flavour: DriverFlavour) -> Optional[OpenShiftDriver]:
+    openshift = cfg.cluster.openshift
+    if cfg.cluster.platform != "openshift" or openshift is None:
+        return None
+    proxy = openshift.proxy
+    return OpenShiftDriver(
+        openshift.version,
+        proxy.env if proxy is not None else (),
+        proxy is not None and proxy.trusted_ca,
+        flavour.rhcos,
+        flavour.dtk_image,
+    )
 
 
 def targets_of_pool(targets: list[DriverTarget], pool: str) -> list[DriverTarget]:
@@ -126,6 +159,9 @@ def config_digest(target: DriverTarget) -> str:
     if target.extensions is not None:
         # A licence, repository, CA, module parameter or volume change reinstalls, as the operator's digest does.
         material["extensions"] = target.extensions
+    if target.openshift is not None:
+        # The operator's digest holds the OpenShift version, the RHCOS build, its DTK image and the proxy too.
+        material["openshift"] = dataclasses.asdict(target.openshift)
     if target.sidecars != Sidecars():
         # peermem is built into the driver install with MOFED's symbols, so turning RDMA on needs a reinstall.
         material["gpudirect"] = [*sidecar_images(target).values(), target.sidecars.rdma, target.sidecars.host_mofed]

@@ -46,7 +46,7 @@ class NodeInventory(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:NodeInventory", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, cluster_role_rules=[rule([""], ["nodes"], ["get", "patch"])], opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, cluster_role_rules=[rule([""], ["nodes"], ["get", "patch"])], opts=child)
         agent = ContainerArgs(
             name="node-inventory",
             image=image,

@@ -246,7 +246,7 @@ class NodeLabeler(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:NodeLabeler", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         document = agent_config(
             pools,
             driver_images=driver_images,

@@ -8,8 +8,11 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi_kubernetes._utilities import get_version as k8s_version
+from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs, RoleRefArgs, SubjectArgs
 
+from components.catalogs import openshift as facts
 from components.kit.builders import meta
 
 
@@ -22,6 +25,58 @@ def rule(api_groups: Sequence[str], resources: Sequence[str], verbs: Sequence[st
 # Every operand Role in NVIDIA's assets grants `use` of the privileged SCC; inert outside OpenShift, kept so the
 # same stack works there.
 SCC_USE = rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"], ["privileged"])
+
+
+def scc(service_account: str, namespace: str, opts: pulumi.ResourceOptions) -> Optional[pulumi.Resource]:
+    """The SCC NVIDIA's asset ships for the operand running as `service_account`, admitting that account alone;
+    None for an operand without one (it runs under the privileged SCC its Role may use)."""
+    shape = facts.SCCS.get(service_account)
+    if shape is None:
+        return None
+    everything = ["*"] if shape.any_capability else []
+    fields = dict(
+        allowHostDirVolumePlugin=True,
+        allowHostIPC=shape.host_ipc,
+        allowHostNetwork=shape.host_network,
+        allowHostPID=shape.host_pid,
+        allowHostPorts=shape.host_ports,
+        allowPrivilegeEscalation=True,
+        allowPrivilegedContainer=True,
+        allowedCapabilities=everything,
+        # Required by the SCC CRD, where NVIDIA's assets write null: empty lists and priority 0 mean the same.
+        defaultAddCapabilities=[],
+        priority=0,
+        requiredDropCapabilities=[],
+        fsGroup={"type": "RunAsAny"},
+        groups=list(facts.SCC_GROUPS),
+        readOnlyRootFilesystem=False,
+        runAsUser={"type": "RunAsAny"},
+        seLinuxContext={"type": "RunAsAny"},
+        seccompProfiles=["*"],
+        supplementalGroups={"type": "RunAsAny"},
+        users=[f"system:serviceaccount:{namespace}:{service_account}"],
+        volumes=["*"],
+    )
+    if shape.any_capability:
+        fields["allowedUnsafeSysctls"] = ["*"]
+    described = {"kubernetes.io/description": facts.SCC_DESCRIPTION} if shape.described else None
+    return TopLevelObject(shape.name, facts.SCC_API_VERSION, facts.SCC_KIND, meta(shape.name, annotations=described), fields, opts)
+
+
+class TopLevelObject(pulumi.CustomResource):
+    """A custom resource whose fields sit beside its metadata rather than under `spec` (an SCC), which
+    `apiextensions.CustomResource` cannot express; the provider sends every input as the object, as it does for
+    CustomResource, under the same `kubernetes:<apiVersion>:<kind>` type."""
+
+    def __init__(
+        self, name: str, api_version: str, kind: str, metadata: ObjectMetaArgs, fields: dict, opts: pulumi.ResourceOptions
+    ):
+        super().__init__(
+            f"kubernetes:{api_version}:{kind}",
+            name,
+            {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields},
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_version())),
+        )
 
 
 @dataclass
@@ -37,10 +92,12 @@ def rbac_set(
     role_rules: Sequence[PolicyRuleArgs] = (),
     cluster_role_rules: Sequence[PolicyRuleArgs] = (),
     labels: Optional[dict[str, str]] = None,
+    openshift: bool = False,
     opts: pulumi.ResourceOptions,
 ) -> RbacSet:
     """ServiceAccount + Role/RoleBinding + ClusterRole/ClusterRoleBinding (each only when it has rules), all
-    named after the component and each binding only its own SA, as in Appendix B."""
+    named after the component and each binding only its own SA, as in Appendix B; on OpenShift also the SCC
+    NVIDIA's asset ships for the component, if it has one (kit/openshift.py)."""
     sa = k8s.core.v1.ServiceAccount(name, metadata=meta(name, namespace, labels), opts=opts)
     subject = [SubjectArgs(kind="ServiceAccount", name=name, namespace=namespace)]
     bound = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[sa]))
@@ -65,4 +122,9 @@ def rbac_set(
             opts=pulumi.ResourceOptions.merge(bound, pulumi.ResourceOptions(depends_on=[cluster_role])),
         )
         resources += [cluster_role, binding]
+    if openshift:
+        # Before the pods: SCC admission picks among the SCCs a pod's account may use when the pod is created.
+        constraints = scc(name, namespace, opts)
+        if constraints is not None:
+            resources.append(constraints)
     return RbacSet(service_account=sa, resources=resources)

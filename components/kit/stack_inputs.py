@@ -128,4 +128,5 @@ def operands(cfg: StackConfig) -> Operands:
         host_paths=cfg.host_paths,
         overrides=cfg.operands.by_key(),
         operand_images=operand_images(cfg),
+        openshift=cfg.cluster.platform == "openshift",
     )

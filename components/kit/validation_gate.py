@@ -171,7 +171,7 @@ class ValidationGate(pulumi.ComponentResource):
         role_rules, cluster_rules = gate_rules([NAME])
         validators = validator_daemonsets(sandbox=sandbox_validator, dra=dra_validator)
         role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted({*driver_daemonsets, *validators})))
-        rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.job = gate_job(
             NAME,
             ops,

@@ -46,11 +46,20 @@ GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"
 GATE_POOL_LABEL = "gpu-stack/validates-pool"
 
 
+def _described(target: DriverTarget) -> dict:
+    # Off OpenShift the target describes itself as it did before it could be on OpenShift: no gate re-runs.
+    fields = asdict(target)
+    if fields["openshift"] is None:
+        del fields["openshift"]
+    return fields
+
+
 def gate_digest(targets: Sequence[DriverTarget], upgrade: Upgrade) -> str:
     """Changes exactly when the pool's DaemonSets or the budget they are rolled within change."""
+    described = [_described(t) for t in targets]
     material = {
         # One DaemonSet per node image the pool runs; a pool with one keeps the digest's earlier form.
-        "target": asdict(targets[0]) if len(targets) == 1 else [asdict(t) for t in targets],
+        "target": described[0] if len(described) == 1 else described,
         "managerEnv": driver_manager_env(upgrade),
         "strategy": [upgrade.strategy, upgrade.max_unavailable],
     }
@@ -87,7 +96,7 @@ class DriverWaves(pulumi.ComponentResource):
             watched.update(validator_daemonsets(dra=targets_of[pool.name][0].dra))
         role_rules.append(rule(["apps"], ["daemonsets"], ["get"], sorted(watched)))
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=role_rules, cluster_role_rules=cluster_rules, opts=child)
         self.gates = {}
         for pool in gated_pools:
             pool_targets = targets_of[pool.name]

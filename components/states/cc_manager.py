@@ -99,7 +99,7 @@ class CcManager(pulumi.ComponentResource):
             raise ValueError(f"CC mode {default_mode!r} is not one of {', '.join(CC_MODES)}")
         super().__init__("gpu-stack:index:CcManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         self.daemonset = operand_daemonset(
             NAME,
             ops,

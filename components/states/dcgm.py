@@ -106,7 +106,7 @@ class Dcgm(pulumi.ComponentResource):
         child = child_opts(self, depends_on)
         self.daemonset = self.service = self.dra_daemonset = self.dra_service = None
         if device_plugin_nodes:
-            rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], opts=child)
+            rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], opts=child)
             self.daemonset = operand_daemonset(
                 NAME,
                 ops,
@@ -124,6 +124,7 @@ class Dcgm(pulumi.ComponentResource):
             dra_rbac = rbac_set(
                 DRA_NAME,
                 ops.namespace,
+                openshift=ops.openshift,
                 role_rules=[SCC_USE, rule([RESOURCE_GROUP], ["resourceclaims"], ["get", "list", "watch"])],
                 labels=labels,
                 opts=child,

@@ -242,6 +242,7 @@ class DcgmExporter(pulumi.ComponentResource):
         rbac = rbac_set(
             NAME,
             ops.namespace,
+            openshift=ops.openshift,
             role_rules=[SCC_USE, rule([""], ["configmaps"], ["get", "list"])],
             # pods are read only for pod metadata, as the operator grants it only then (`rbacGates`)
             cluster_role_rules=[READ_PODS_RULE] if settings.reads_pods else (),
@@ -270,6 +271,7 @@ class DcgmExporter(pulumi.ComponentResource):
         rbac = rbac_set(
             DRA_NAME,
             ops.namespace,
+            openshift=ops.openshift,
             role_rules=[
                 SCC_USE,
                 rule([RESOURCE_GROUP], ["resourceclaims"], ["get", "list", "watch"]),

@@ -109,7 +109,7 @@ class DevicePlugin(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:DevicePlugin", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         entrypoint = k8s.core.v1.ConfigMap(
             ENTRYPOINT_CONFIGMAP,
             metadata=meta(ENTRYPOINT_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),

@@ -154,6 +154,7 @@ class DraDriver(pulumi.ComponentResource):
             cd_rbac = rbac_set(
                 CD_DAEMON_SA,
                 ops.namespace,
+                openshift=ops.openshift,
                 role_rules=[SCC_USE],
                 cluster_role_rules=CD_DAEMON_CLUSTER_RULES,
                 labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: "compute-domain-daemon"},
@@ -163,6 +164,7 @@ class DraDriver(pulumi.ComponentResource):
         plugin_rbac = rbac_set(
             KUBELET_PLUGIN_SA,
             ops.namespace,
+            openshift=ops.openshift,
             role_rules=[
                 *PLUGIN_ROLE_RULES,
                 *(PLUGIN_CD_ROLE_RULES if compute_domains else ()),
@@ -220,6 +222,7 @@ class DraDriver(pulumi.ComponentResource):
             controller_rbac = rbac_set(
                 CONTROLLER,
                 ops.namespace,
+                openshift=ops.openshift,
                 role_rules=CONTROLLER_ROLE_RULES,
                 cluster_role_rules=CONTROLLER_CLUSTER_RULES,
                 labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: CONTROLLER},

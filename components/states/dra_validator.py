@@ -158,7 +158,7 @@ class DraValidator(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:DraValidator", name, None, opts)
         child = child_opts(self, depends_on)
         selector = {NAME_LABEL: NAME}
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], labels=selector, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], labels=selector, opts=child)
         self.claim_template = k8s.resource.v1.ResourceClaimTemplate(
             CLAIM_TEMPLATE,
             metadata=meta(CLAIM_TEMPLATE, ops.namespace, selector),

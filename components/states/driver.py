@@ -57,9 +57,10 @@ from pulumi_kubernetes.core.v1 import (
     VolumeArgs,
 )
 from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs
-from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs, ObjectMetaArgs
 
 from components.catalogs import consts
+from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_OSTREE_VERSION
 from components.kit import naming
 from components.kit.builders import (
     NODE_NAME_ENV,
@@ -87,6 +88,7 @@ from components.kit.driver_extensions import (
     wait_for_completion_containers,
     wait_for_completion_tolerations,
 )
+from components.kit import openshift
 from components.kit.digest import template_digest
 from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
 from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
@@ -223,7 +225,10 @@ def driver_daemonset_parts(
         *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
         *gpudirect_env(target.sidecars, driver_container=True),
         env("DRIVER_CONFIG_DIGEST", digest),
+        *openshift.driver_env(target.openshift),
     ]
+    # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
+    dtk = openshift.toolkit_container(target, digest)
     manager = ContainerArgs(
         name="k8s-driver-manager",
         image=ops.images.driver_manager,
@@ -258,8 +263,8 @@ def driver_daemonset_parts(
         name="nvidia-driver-ctr",
         image=target.image,
         image_pull_policy="IfNotPresent",
-        command=["nvidia-driver"],
-        args=["init"],
+        command=[DTK_ENTRYPOINT] if dtk else ["nvidia-driver"],
+        args=[DTK_DRIVER_VERB] if dtk else ["init"],
         env_from=ext.env_from,
         env=driver_env,
         security_context=PRIVILEGED_S0,
@@ -277,6 +282,7 @@ def driver_daemonset_parts(
             mount("nv-firmware", "/lib/firmware"),
             mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
             *ext.driver_mounts,
+            *openshift.driver_mounts(target.openshift),
         ],
         startup_probe=tuned(startup, settings.startup_probe),
         # NVIDIA's driver container has no liveness probe for driver.livenessProbe to tune (the operator's
@@ -302,7 +308,8 @@ def driver_daemonset_parts(
             )
         ),
     )
-    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled)}
+    daemonset_labels, pod_labels = openshift.toolkit_labels(target.openshift)
+    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled), **pod_labels}
     # Two driver pods on one node would unload each other's modules.
     one_per_node = PodAntiAffinityArgs(
         required_during_scheduling_ignored_during_execution=[
@@ -314,6 +321,15 @@ def driver_daemonset_parts(
             )
         ]
     )
+    # A driver built for one kernel (precompiled) or RHCOS build (Driver Toolkit) never runs on another, whichever
+    # DaemonSet the agent assigned the node to: a node that reboots into another leaves at once.
+    built_for = {
+        key: value for key, value in target.node_labels if key in (consts.NFD_KERNEL_FULL, NFD_OSTREE_VERSION)
+    }
+    if target.kernel:
+        built_for[consts.NFD_KERNEL_FULL] = target.kernel
+    if target.openshift is not None and target.openshift.rhcos:
+        built_for[NFD_OSTREE_VERSION] = target.openshift.rhcos
     in_pools = None
     if target.selects_pools:
         # Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that
@@ -337,14 +353,14 @@ def driver_daemonset_parts(
                             *(
                                 NodeSelectorRequirementArgs(key=key, operator="In", values=[value])
                                 for key, value in target.node_labels
-                                if key != consts.NFD_KERNEL_FULL  # the node selector below holds it for every node
+                                if key not in built_for  # the node selector below holds it for every node
                             ),
                         ]
                     ),
                 ]
             )
         )
-    return operand_daemonset_parts(
+    parts = operand_daemonset_parts(
         target.daemonset,
         ops,
         deploy_component="driver",
@@ -354,7 +370,7 @@ def driver_daemonset_parts(
         # hands each node to its new DaemonSet (or retires it) at the upgrade's pace.
         annotations={consts.DELETION_PROPAGATION: "orphan"},
         template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
-        extra_node_selector={consts.NFD_KERNEL_FULL: target.kernel} if target.kernel else None,
+        extra_node_selector=built_for or None,
         host_pid=True,
         host_network=settings.host_network or None,
         affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
@@ -362,7 +378,7 @@ def driver_daemonset_parts(
         # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
         init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
         extra_tolerations=wait_for_completion_tolerations(upgrade),
-        containers=[driver, *gpudirect_containers(target, ext)],
+        containers=[driver, *gpudirect_containers(target, ext), *([dtk] if dtk else [])],
         volumes=[
             *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
             VolumeArgs(
@@ -370,8 +386,14 @@ def driver_daemonset_parts(
                 config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
             ),
             *ext.volumes,
+            *openshift.driver_volumes(target.openshift),
         ],
     )
+    if not daemonset_labels:
+        return parts
+    # The RHCOS build labels the DaemonSet only, as the operator's: its pods are told apart by the node selector.
+    m = parts.metadata
+    return DaemonSetParts(ObjectMetaArgs(name=m.name, namespace=m.namespace, labels={**m.labels, **daemonset_labels}, annotations=m.annotations), parts.spec)
 
 
 def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
@@ -401,17 +423,20 @@ class Driver(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:Driver", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         probe = k8s.core.v1.ConfigMap(
             STARTUP_PROBE_CONFIGMAP,
             metadata=meta(STARTUP_PROBE_CONFIGMAP, ops.namespace, {"app": DAEMONSET, COMPONENT_LABEL: NAME}),
             data={STARTUP_PROBE_SCRIPT: STARTUP_PROBE},
             opts=child,
         )
-        ds_opts = also_after(child, *rbac.resources, probe)
+        trusted_ca = [openshift.trusted_ca_configmap(ops.namespace, child)] if any(
+            p.target.openshift is not None and p.target.openshift.trusted_ca for p in planned
+        ) else []
+        ds_opts = also_after(child, *rbac.resources, probe, *trusted_ca)
         waits_for = waits_for or {}
         self.daemonsets = {}
-        self.ordering = [*rbac.resources, probe]
+        self.ordering = [*rbac.resources, probe, *trusted_ca]
         for plan in planned:
             name_ = plan.target.daemonset
             gates = list(waits_for.get(name_, ()))

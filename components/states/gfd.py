@@ -50,7 +50,7 @@ ROLE_RULES = (
 CLUSTER_RULES = (rule([""], ["nodes"], ["get", "list", "watch"]),)
 
 
-def gfd_env(mig_strategy: str, *, with_config: bool) -> list:
+def gfd_env(mig_strategy: str, *, with_config: bool, openshift: bool = False) -> list:
     values = [
         env("GFD_SLEEP_INTERVAL", "60s"),
         env("GFD_FAIL_ON_INIT_ERROR", "true"),
@@ -60,6 +60,9 @@ def gfd_env(mig_strategy: str, *, with_config: bool) -> list:
     ]
     if with_config:
         values.append(env("CONFIG_FILE", PLUGIN_CONFIG_FILE))
+    if openshift:
+        # OpenShift's NFD reads feature files, not NodeFeature objects, so the operator turns the API off there.
+        values.append(env("USE_NODE_FEATURE_API", "false"))
     return values + mig_env(None if with_config else mig_strategy)
 
 
@@ -78,7 +81,7 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:GpuFeatureDiscovery", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(SERVICE_ACCOUNT, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(SERVICE_ACCOUNT, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         with_config = plugin_configs is not None
         image = ops.images.gfd
         discovery = ContainerArgs(
@@ -86,7 +89,7 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
             image=image,
             image_pull_policy="IfNotPresent",
             command=["gpu-feature-discovery"],
-            env=gfd_env(mig_strategy, with_config=with_config),
+            env=gfd_env(mig_strategy, with_config=with_config, openshift=ops.openshift),
             security_context=PRIVILEGED,
             volume_mounts=[
                 mount("output-dir", FEATURES_DIR),

@@ -114,7 +114,7 @@ class MigManager(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:MigManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         self.config_map_name = CUSTOM_CONFIGMAP if custom_layouts else DEFAULT_CONFIGMAP
         parted = k8s.core.v1.ConfigMap(
             self.config_map_name,

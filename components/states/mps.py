@@ -60,7 +60,7 @@ class MpsControlDaemon(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:MpsControlDaemon", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch"])], opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=[rule([""], ["nodes"], ["get", "list", "watch"])], opts=child)
         image = ops.images.device_plugin
         mounts_shm = ContainerArgs(
             name="mps-control-daemon-mounts",

@@ -60,7 +60,7 @@ class NodeStatusExporter(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:NodeStatusExporter", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         exporter = ContainerArgs(
             name=NAME,
             image=ops.images.validator,

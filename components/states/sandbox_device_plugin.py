@@ -89,7 +89,7 @@ class SandboxDevicePlugin(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:SandboxDevicePlugin", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         validator = ops.images.validator
         plugin = ContainerArgs(
             name=CONTAINER,

@@ -123,7 +123,7 @@ class SandboxValidator(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:SandboxValidator", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         # Clearing every file, workload-type included, holds the device plugin's gate shut until a new
         # validator pod has re-read the node's workload type.
         main = validator_main(NAME, ops.images.validator, withdraw="*", mounts=[VALIDATIONS_MOUNT])

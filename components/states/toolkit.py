@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs
 
 from components.catalogs import consts
+from components.catalogs.openshift import CRIO_HOOKS_DIR
 from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED_ROOT_S0,
@@ -129,7 +130,7 @@ class ContainerToolkit(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:ContainerToolkit", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE, rule(["apps"], ["daemonsets"], ["list"])], opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE, rule(["apps"], ["daemonsets"], ["list"])], opts=child)
         entrypoint = k8s.core.v1.ConfigMap(
             ENTRYPOINT_CONFIGMAP,
             metadata=meta(ENTRYPOINT_CONFIGMAP, ops.namespace, {"app": DAEMONSET}),
@@ -148,7 +149,7 @@ class ContainerToolkit(pulumi.ComponentResource):
             runtime_mounts.append(mount(f"{files.runtime}-socket", SOCKET_TARGET_DIR))
             runtime_volumes.append(host_path(f"{files.runtime}-socket", posixpath.dirname(files.socket)))
         # cri-o outside OpenShift reads hooks from /usr/share (the asset's /run path is OpenShift's).
-        hooks_dir = "/usr/share/containers/oci/hooks.d" if files.runtime == "crio" else "/run/containers/oci/hooks.d"
+        hooks_dir = "/usr/share/containers/oci/hooks.d" if files.runtime == "crio" and not ops.openshift else CRIO_HOOKS_DIR
         driver_validation = validator_container(
             "driver-validation",
             ops.images.validator,

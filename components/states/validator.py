@@ -204,7 +204,7 @@ class OperatorValidator(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:OperatorValidator", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         # A stopping validator withdraws its verdict so nothing trusts a node mid-change.
         main = validator_main(NAME, ops.images.validator, withdraw="*-ready", mounts=[VALIDATIONS_MOUNT])
         self.daemonset = operand_daemonset(

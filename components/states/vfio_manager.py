@@ -121,7 +121,7 @@ class VfioManager(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:VfioManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         # One image for both: vfio-manage ships in the k8s-driver-manager image.
         image = ops.images.driver_manager
         self.daemonset = operand_daemonset(

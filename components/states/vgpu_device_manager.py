@@ -137,7 +137,7 @@ class VgpuDeviceManager(pulumi.ComponentResource):
         if default_config not in vgpu_catalog.config_names():
             raise ValueError(f"DEFAULT_VGPU_CONFIG {default_config!r} is not a config of {CONFIGMAP}")
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),

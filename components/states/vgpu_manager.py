@@ -111,7 +111,7 @@ class VgpuManager(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,

@@ -14,7 +14,7 @@ CLUSTER_SCOPED = frozenset(
         "Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
         "RuntimeClass", "PriorityClass", "StorageClass", "CSIDriver", "DeviceClass", "ResourceSlice",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration", "APIService", "IngressClass", "NodeFeatureRule",
+        "MutatingWebhookConfiguration", "APIService", "IngressClass", "NodeFeatureRule", "SecurityContextConstraints",
     }
 )
 NAMESPACED = frozenset(

@@ -81,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-model", action="append", default=[], metavar="[KEY=VALUE:]MODEL",
                         help="GPU model of nodes whose labels do not say it (VM nodes), or of the single pool without --nodes; repeatable")
     parser.add_argument("--os", help="OS tag (e.g. ubuntu22.04) of nodes without NFD OS labels, or of the single pool")
+    parser.add_argument("--openshift-version", metavar="4.N", help="the cluster is OpenShift (oc get clusterversion): cluster.platform openshift, cri-o")
+    parser.add_argument("--imagestream", metavar="FILE", help="OpenShift: `oc get imagestream driver-toolkit -n openshift -o yaml`, the DTK image per RHCOS build")
+    parser.add_argument("--proxy", metavar="FILE", help="OpenShift: `oc get proxy cluster -o yaml`, the proxy the driver downloads through")
     parser.add_argument("--pool-label", action="append", default=[], metavar="KEY", help="node label that tells pools apart; repeatable")
     parser.add_argument("--configmap", action="append", default=[], metavar="FILE",
                         help="`kubectl get cm -o yaml` of ConfigMaps the ClusterPolicy names (device-plugin, mig-parted, DCGM metrics); repeatable")
@@ -136,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
             gpu_models=_gpu_models(args.gpu_model),
             os=args.os,
             pool_labels=tuple(args.pool_label),
+            openshift_version=args.openshift_version,
+            imagestream=read_yaml(args.imagestream, "--imagestream") if args.imagestream else None,
+            proxy=read_yaml(args.proxy, "--proxy") if args.proxy else None,
         )
         result = import_cluster_policy(policy, facts, helm_values=helm, nodes=nodes, configmaps=configmaps)
     except ImportInputError as exc:

@@ -16,6 +16,7 @@ from gpustack.importer.helm import HelmMixin, deep_merge, helm_values_as_spec
 from gpustack.importer.images import ImagesMixin
 from gpustack.importer.mapping import MappingMixin
 from gpustack.importer.nodes import NodePoolsMixin, _Node
+from gpustack.importer.openshift import OpenShiftMixin
 from gpustack.importer.operands import OperandsMixin
 from gpustack.importer.report import ReportMixin
 from gpustack.importer.shapes import check_fields, type_name
@@ -26,7 +27,8 @@ SECTION_ORDER = ("cluster", "registry", "versions", "hostPaths", "driver", "upgr
                  "components", "sandboxWorkloads", "vgpu", "gpudirect", "migLayouts", "nodePools")
 
 
-class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin, NodePoolsMixin, ConfigMapsMixin, ReportMixin):
+class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin, NodePoolsMixin, ConfigMapsMixin, OpenShiftMixin,
+                ReportMixin):
     def __init__(self, policy: dict, facts: ClusterFacts, helm_values: Optional[dict], nodes: Optional[list[_Node]],
                  configmaps: Mapping[str, Mapping[str, str]]):
         self.policy = policy
@@ -84,6 +86,7 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
         self.pools = self._pools()
         self.workloads = {p["workloadType"] if "workloadType" in p else "container" for p in self.pools}
         self._cluster()
+        self._openshift()
         self._images()
         self._driver()
         self._upgrade()
@@ -123,7 +126,8 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
             versions = [f"1.{m}" for m in minors]
         if not versions:
             raise ImportInputError("--kubernetes-version is required without --nodes (the ClusterPolicy does not say it)")
-        runtime = facts.container_runtime or self._runtime_from_nodes()
+        # OpenShift runs cri-o, as the operator assumes there.
+        runtime = facts.container_runtime or ("cri-o" if facts.openshift_version else self._runtime_from_nodes())
         if runtime is None:
             runtime = "containerd"
             self.notes.append("container runtime: containerd assumed (no --container-runtime, no node reports one)")

@@ -108,6 +108,10 @@ class ClusterFacts:
     gpu_models: tuple[tuple[Optional[tuple[str, str]], str], ...] = ()
     os: Optional[str] = None
     pool_labels: tuple[str, ...] = ()
+    # OpenShift (gpustack/importer/openshift.py): its version, the driver-toolkit ImageStream and the cluster Proxy.
+    openshift_version: Optional[str] = None
+    imagestream: Optional[Any] = None
+    proxy: Optional[Any] = None
 
 
 @dataclass

@@ -36,7 +36,8 @@ DEPRECATED: tuple[tuple[str, str], ...] = (
 REASONS: tuple[tuple[str, str], ...] = (
     ("spec.operator.initContainer*", "deprecated in the operator (the validator's CUDA base image); gpu-stack runs the CUDA "
                                      "validation workload from the validator image and has no key for another"),
-    ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: gpu-stack does not target OpenShift"),
+    ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: carried into cluster.openshift.driverToolkit "
+                                             "when the cluster is OpenShift; pass --openshift-version (and --imagestream)"),
     ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
     ("spec.driver.virtualTopology*", "gpu-stack has no key for the vGPU topology daemon config"),

@@ -52,7 +52,8 @@ def _allow(containers: Iterable[str], paths: Iterable[str], namespaces: Iterable
 
 DRIVER = _allow(
     # the sidecars exist only with RDMA, GDS or GDRCopy, but they are the asset's and privileged there too
-    {"k8s-driver-manager", "nvidia-driver-ctr", "nvidia-peermem-ctr", "nvidia-fs-ctr", "nvidia-gdrcopy-ctr"},
+    # (openshift-driver-toolkit-ctr: the Driver Toolkit build on OpenShift, privileged in the asset: it loads the module)
+    {"k8s-driver-manager", "nvidia-driver-ctr", "nvidia-peermem-ctr", "nvidia-fs-ctr", "nvidia-gdrcopy-ctr", "openshift-driver-toolkit-ctr"},
     {
         "/", "/dev/log", "/etc/os-release", "/run/mellanox/drivers", "/run/mellanox/drivers/usr/src", "/run/nvidia",
         "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/run/nvidia/driver/lib/firmware",
