@@ -8,7 +8,7 @@ import yaml
 from components.states.order import STATE_NAMES
 from gpustack.mockrun import Recording, Registration
 from gpustack.render import effective_dependencies, transitive_dependencies
-from stacktest import ROOT, STACKS, container, env_of, objects, render, render_stack, stack_config
+from stacktest import ROOT, STACKS, per_stack, container, env_of, objects, render, render_stack, stack_config
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 
@@ -31,8 +31,11 @@ def children_of(recording: Recording, state: str) -> set[str]:
     return {r.urn for r in recording.registrations if r.parent == component.urn}
 
 
-@pytest.mark.parametrize("preview", [False, True], ids=["update", "preview"])
-@pytest.mark.parametrize("stack", STACKS)
+# A preview is a render of its own: every stack's update, the representative stacks' preview (the rest in test-all).
+@pytest.mark.parametrize(
+    "stack, preview",
+    [*((s, False) for s in STACKS), *(pytest.param(*p.values, True, marks=p.marks) if hasattr(p, "values") else (p, True) for p in per_stack())],
+)
 def test_every_state_is_applied_after_the_previous_enabled_state(stack, preview):
     recording = render_stack(stack, preview=preview)
     built = recording.outputs["states"]
