@@ -18,10 +18,14 @@ render: $(VENV)/.installed  ## render one stack offline: manifests.yaml, graph.j
 check: $(VENV)/.installed  ## strict schema + policy check of one stack
 	$(PY) -m gpustack check --stack $(STACK)
 
-check-stacks: $(VENV)/.installed  ## check every stack in stacks/ (one process: the schema validators are compiled once)
-	@log=$$(mktemp); stacks=$$(for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; printf -- '--stack %s ' $${s%.yaml}; done); \
-	  $(PY) -m gpustack check $$stacks > $$log; status=$$?; \
-	  grep -E '^[A-Za-z0-9_.-]+: (PASS|FAIL) |^(schema|apiserver|policy) ' $$log; rm -f $$log; exit $$status
+check-stacks: $(VENV)/.installed  ## check every stack in stacks/ (two processes, one per core, each compiling the schema validators once)
+	@a=$$(mktemp); b=$$(mktemp); i=0; one=; two=; \
+	  for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
+	    if [ $$((i % 2)) -eq 0 ]; then one="$$one --stack $$s"; else two="$$two --stack $$s"; fi; i=$$((i + 1)); done; \
+	  $(PY) -m gpustack check $$one > $$a & first=$$!; \
+	  $(PY) -m gpustack check $$two > $$b; second=$$?; wait $$first; status=$$?; \
+	  cat $$a $$b | grep -E '^[A-Za-z0-9_.-]+: (PASS|FAIL) |^(schema|apiserver|policy) '; rm -f $$a $$b; \
+	  [ $$status -eq 0 ] && [ $$second -eq 0 ]
 
 test: $(VENV)/.installed  ## the test suite (what CI runs): every check, each on its representative stacks
 	$(PY) -m pytest -n 2
