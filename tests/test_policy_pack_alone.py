@@ -113,7 +113,7 @@ def _run_copy(published: Path, stack: str, recording=None) -> tuple[list, list]:
     return copy, run_policies(recording, pack_policies(), pack_config(stack))
 
 
-@pytest.mark.parametrize("stack", ["prod-precompiled", "a100-mig"])
+@pytest.mark.parametrize("stack", ["prod-precompiled", pytest.param("a100-mig", marks=pytest.mark.matrix)])
 def test_the_pack_copied_alone_judges_a_stack_as_the_checkout_does(published, stack):
     copy, here = _run_copy(published, stack)
     assert copy == here
