@@ -44,6 +44,7 @@ BAD = [
     ("proxy scheme", openshift("proxy", "httpProxy", value="socks5://proxy:1080"), f"{C}.openshift.proxy.httpProxy", "scheme http or https"),
     ("noProxy with spaces", openshift("proxy", "noProxy", value=".svc, .local"), f"{C}.openshift.proxy.noProxy", "without spaces"),
     ("trustedCA not a bool", openshift("proxy", "trustedCA", value="true"), f"{C}.openshift.proxy.trustedCA", "true, false"),
+    ("pinned name on a DTK pool", setter("gpu-stack:nodePools", 0, "driver", value={"daemonSetName": "nvidia-driver-daemonset-training"}), "gpu-stack:nodePools[0].driver.daemonSetName", "one DaemonSet per RHCOS build"),
     ("unknown proxy key", openshift("proxy", "trustedCa", value=True), f"{C}.openshift.proxy.trustedCa", "did you mean 'trustedCA'"),
 ]
 

@@ -146,6 +146,16 @@ def openshift_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         plan = cfg.pool_driver(pool)
         if plan.mode != "managed" or not dtk.enabled:
             continue
+        pinned = sorted(k for k in ("daemon_set_name", "daemon_set_names") if getattr(pool.driver, k) is not None)
+        if pinned:
+            key = "daemonSetName" if pinned == ["daemon_set_name"] else "daemonSetNames"
+            problems.append(
+                (
+                    f"{NAMESPACE}:nodePools[{i}].driver.{key}",
+                    "a Driver Toolkit pool runs one DaemonSet per RHCOS build, named from the build "
+                    "(nvidia-driver-daemonset-<pool>-<build>), and lives as long as the build; remove it",
+                )
+            )
         missing = [tag for tag in pool.os_tags if not dtk.builds(tag)]
         if missing:
             problems.append(

@@ -45,6 +45,11 @@ class DriverMixin:
         driver_pools = [p for p in self.pools if p.get("workloadType", "container") == "container"]
         if self.driver_mode == "host" or not driver_pools:
             return
+        if self.driver_mode == "managed" and self.facts.openshift_version and self.spec.peek("operator.use_ocp_driver_toolkit") is not False:
+            # The operator's DTK DaemonSets are one per RHCOS build across pools; gpu-stack's are per pool and build.
+            self.notes.append("OpenShift Driver Toolkit: the operator's per-build driver DaemonSets are not adopted by "
+                              "name; gpu-stack runs nvidia-driver-daemonset-<pool>-<build> (docs/openshift.md)")
+            return
         if self.driver_mode == "managed":
             if len({p.get("os") for p in driver_pools}) > 1:
                 self.notes.append("the container pools boot different OS images, which one ClusterPolicy driver DaemonSet "
