@@ -37,7 +37,16 @@ class VmStates:
         if not self._cfg.pools_of("vm-vgpu"):
             return None
         assert image is not None  # load_config requires it with a vm-vgpu pool
-        return VgpuManager("state-vgpu-manager", ops=self._ops, image=image, depends_on=after, opts=self._opts())
+        openshift = self._cfg.cluster.openshift if self._cfg.cluster.platform == "openshift" else None
+        return VgpuManager(
+            "state-vgpu-manager",
+            ops=self._ops,
+            image=image,
+            upgrade=self._cfg.upgrade,
+            openshift_version=openshift.version if openshift else None,
+            depends_on=after,
+            opts=self._opts(),
+        )
 
     def _vgpu_device_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuDeviceManager]:
         if not self._cfg.pools_of("vm-vgpu"):

@@ -20,6 +20,8 @@ from gpustack.mockrun import Recording, Registration
 from gpustack.render import integral
 
 CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
+# components/states/vgpu_manager.py DAEMONSET; gpustack reads renders, not the program's modules, for its rules.
+VGPU_MANAGER_DAEMONSET = "nvidia-vgpu-manager-daemonset"
 # A gate Job replaced is a gate run again: the point of rendering it with a digest of what it judges.
 RERUN = "rerun"
 ACTIONS = (CREATE, UPDATE, REPLACE, RERUN, DELETE)
@@ -281,6 +283,13 @@ def notes(result: Plan, before: Recording) -> list[tuple[str, str]]:
     for change in result.changes:
         if change.action == DELETE and _is_driver(old_by_urn[change.urn]) and image_changes.is_image_daemonset(old_by_urn[change.urn]):
             found.append(("node-image-removed", image_changes.removed_note(change.label, old_by_urn[change.urn])))
+        elif change.action == UPDATE and change.kind == "DaemonSet" and any(f.startswith("spec") for f in change.fields) and (
+            (change.identity or "").endswith(f"/{VGPU_MANAGER_DAEMONSET}")
+        ):
+            namespace = (change.identity or "").split("/")[1]
+            found.append(("vgpu-manager-on-delete", f"{change.label} changes its pods, which reach a node only when its pod "
+                          "is deleted (OnDelete: a restart stops every VM of the node); move each node's VMs, then "
+                          f"`kubectl -n {namespace} delete pod -l app={VGPU_MANAGER_DAEMONSET} --field-selector spec.nodeName=<node>`"))
     return found
 
 

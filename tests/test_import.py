@@ -265,7 +265,7 @@ def test_sandbox_workloads_deploy_the_vm_operands_per_pool_and_turn_auto_upgrade
                  "nvidia-vgpu-device-manager", "nvidia-sandbox-validator"):
         assert name in ds
     assert "nvidia-kata-sandbox-device-plugin-daemonset" not in ds and "nvidia-cc-manager" not in ds
-    assert container(ds["nvidia-vgpu-manager-daemonset"], "nvidia-vgpu-manager-ctr")["image"] == (
+    assert container(ds["nvidia-vgpu-manager-daemonset"], "nvidia-driver-ctr")["image"] == (
         "harbor.platform.internal/gpu-stack/vgpu-manager:580.82.07-ubuntu22.04"
     )
     assert ds["nvidia-driver-daemonset"]["spec"]["updateStrategy"] == {"type": "OnDelete"}

@@ -1,5 +1,7 @@
-"""States 13 and 14 (vm-vgpu nodes), object by object, against NVIDIA's assets (GO:assets/state-vgpu-manager,
-GO:assets/state-vgpu-device-manager with `TransformVGPUManager` / `TransformVGPUDeviceManager`; fact sheet §1.2,
+"""States 13 and 14 (vm-vgpu nodes), object by object: the vGPU manager against NVIDIA's NVIDIADriver form
+(GO:manifests/state-driver/0500_daemonset.yaml with driverType vgpu-host-manager, golden
+internal/state/testdata/golden/driver-vgpu-host-manager.yaml), the device manager against
+GO:assets/state-vgpu-device-manager with `TransformVGPUDeviceManager` (fact sheet §1.2,
 §2.11, §4.4, §7, Appendix B and C): names, images, init order and env, host paths, security contexts, RBAC,
 deploy labels, the licensing mount, and the vGPU devices document with its catalog.
 
@@ -51,12 +53,13 @@ DEVICE_MANAGER = "nvidia-vgpu-device-manager"
 # The entries policies/gpu_stack_policies/privileged.py ALLOWANCES needs for these DaemonSets (asset host access).
 PROPOSED_ALLOWANCES = {
     VGPU_MANAGER: (
-        {"k8s-driver-manager", "nvidia-vgpu-manager-ctr"},
+        {"k8s-driver-manager", "nvidia-driver-ctr"},
         {
-            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/nvidia", "/run/nvidia/driver/lib/firmware", "/sys",
-            "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
+            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/mellanox/drivers", "/run/mellanox/drivers/usr/src",
+            "/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/run/nvidia/driver/lib/firmware",
+            "/sys", "/sys/devices/system", "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
         },
-        {"hostPID", "hostIPC"},
+        {"hostPID"},
     ),
     DEVICE_MANAGER: (
         {"vgpu-manager-validation", "nvidia-vgpu-device-manager"},
@@ -75,7 +78,7 @@ from components.states.vgpu_manager import VgpuManager
 cfg = load_config(program_config())
 ops = operands(cfg)
 opts = pulumi.ResourceOptions(providers=[kubernetes_provider(cfg)])
-manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, opts=opts)
+manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, upgrade=cfg.upgrade, opts=opts)
 VgpuDeviceManager("state-vgpu-device-manager", ops=ops, default_config={default!r}, depends_on=[manager], opts=opts)
 """
 
@@ -136,7 +139,8 @@ def test_each_daemonset_lands_only_on_nodes_the_labeller_marks_for_vm_vgpu(daemo
         assert "runtimeClassName" not in spec, ds_name
         assert ds["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
         assert "openshift.io/scc" not in ds["metadata"]["annotations"]
-        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    # the device manager rolls as the stack's operands do; the vGPU manager waits for each pod's deletion
+    assert daemonsets[DEVICE_MANAGER]["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
 
 
 # --- state-vgpu-manager ---------------------------------------------------------------------------------------
@@ -146,37 +150,62 @@ def test_vgpu_manager_pod(daemonsets):
     ds = daemonsets[VGPU_MANAGER]
     spec = pod_spec(ds)
     assert spec["serviceAccountName"] == VGPU_MANAGER_SA
-    assert spec["hostPID"] is True and spec["hostIPC"] is True
-    # shutting down disables the SR-IOV VFs and unloads the driver: the asset's 120 s, not the default 30
+    # the NVIDIADriver form: hostPID only
+    assert spec["hostPID"] is True and "hostIPC" not in spec
+    # shutting down disables the SR-IOV VFs and unloads the driver: 120 s, not the default 30
     assert spec["terminationGracePeriodSeconds"] == 120
-    assert ds["spec"]["template"]["metadata"]["annotations"] == {"kubectl.kubernetes.io/default-container": "nvidia-vgpu-manager-ctr"}
+    assert ds["spec"]["template"]["metadata"]["annotations"] == {"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"}
     assert names(spec["initContainers"]) == ["k8s-driver-manager"]
-    # the OpenShift Driver Toolkit sidecar is not rendered
-    assert names(spec["containers"]) == ["nvidia-vgpu-manager-ctr"]
+    assert names(spec["containers"]) == ["nvidia-driver-ctr"]
+    # a restart takes every VM of the node down: a new template waits for the pod's deletion
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == "nvidia-vgpu-host-manager" and labels["nvidia.com/precompiled"] == "false"
+    (term,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["nvidia-driver", "nvidia-vgpu-host-manager"]}
+    ]
 
 
-def test_vgpu_manager_init_unloads_any_driver_without_evicting(daemonsets):
-    # the VFIO manager's init container, from the same builder
-    assert_vm_driver_manager(container(daemonsets[VGPU_MANAGER], "k8s-driver-manager"))
+def test_vgpu_manager_init_takes_the_stacks_upgrade_policy_as_the_driver_does(daemonsets):
+    manager = container(daemonsets[VGPU_MANAGER], "k8s-driver-manager")
+    assert [e["name"] for e in manager["env"]] == [
+        "NODE_NAME", "NVIDIA_VISIBLE_DEVICES", "ENABLE_GPU_POD_EVICTION", "ENABLE_AUTO_DRAIN", "DRAIN_USE_FORCE",
+        "DRAIN_POD_SELECTOR_LABEL", "DRAIN_TIMEOUT_SECONDS", "DRAIN_DELETE_EMPTYDIR_DATA", "OPERATOR_NAMESPACE",
+        "DRIVER_CONFIG_DIGEST",
+    ]
+    upgrade = load_config(bag(config())).upgrade
+    assert env_of(manager)["ENABLE_GPU_POD_EVICTION"] == ("true" if upgrade.gpu_pod_eviction else "false")
+    assert env_of(manager)["DRAIN_TIMEOUT_SECONDS"] == f"{upgrade.drain.timeout_seconds}s"
+    assert [m[:2] for m in mounts(manager)] == [
+        ("run-nvidia", "/run/nvidia"), ("host-root", "/host"), ("host-sys", "/sys"), ("run-mellanox-drivers", "/run/mellanox/drivers"),
+    ]
 
 
 def test_vgpu_manager_container_runs_the_user_image(daemonsets):
-    main = container(daemonsets[VGPU_MANAGER], "nvidia-vgpu-manager-ctr")
+    main = container(daemonsets[VGPU_MANAGER], "nvidia-driver-ctr")
     # used verbatim: the OS tag is already in it
     assert main["image"] == VGPU_MANAGER_IMAGE and main["imagePullPolicy"] == "IfNotPresent"
     assert main["command"] == ["nvidia-driver"] and main["args"] == ["init"]
-    assert "env" not in main
+    assert [e["name"] for e in main["env"]] == ["NVIDIA_VISIBLE_DEVICES", "NODE_NAME", "NODE_IP", "DRIVER_CONFIG_DIGEST"]
+    manager = container(daemonsets[VGPU_MANAGER], "k8s-driver-manager")
+    assert env_of(main)["DRIVER_CONFIG_DIGEST"] == env_of(manager)["DRIVER_CONFIG_DIGEST"]
     assert main["securityContext"] == {"privileged": True, "seLinuxOptions": {"level": "s0"}}
-    # the asset has no probes; the sandbox validator's vgpu-manager-validation judges the node
+    # NVIDIA renders no probe and no preStop for the vGPU manager; the sandbox validator judges the node
     assert not {"startupProbe", "readinessProbe", "livenessProbe", "lifecycle"} & set(main)
     assert mounts(main) == [
         ("run-nvidia", "/run/nvidia", False, "Bidirectional", None),
-        ("host-os-release", "/host-etc/os-release", False, None, None),
-        ("vfio", "/dev/vfio", False, None, None),
-        ("cgroup", "/sys/fs/cgroup", False, None, None),
+        ("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", False, None, None),
+        ("run-nvidia-topologyd", "/run/nvidia-topologyd", False, None, None),
         ("var-log", "/var/log", False, None, None),
         ("dev-log", "/dev/log", False, None, None),
+        ("host-os-release", "/host-etc/os-release", True, None, None),
+        ("cgroup", "/sys/fs/cgroup", False, None, None),
+        ("vfio", "/dev/vfio", False, None, None),
+        ("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", False, "HostToContainer", None),
+        ("run-mellanox-drivers", "/run/mellanox/drivers", False, "HostToContainer", None),
         ("firmware-search-path", "/sys/module/firmware_class/parameters/path", False, None, None),
+        ("host-sys-devices-system", "/sys/devices/system", False, None, None),
         ("nv-firmware", "/lib/firmware", False, None, None),
     ]
 
@@ -184,14 +213,19 @@ def test_vgpu_manager_container_runs_the_user_image(daemonsets):
 def test_vgpu_manager_host_paths(daemonsets):
     assert host_paths(daemonsets[VGPU_MANAGER]) == {
         "run-nvidia": ("/run/nvidia", "DirectoryOrCreate"),
+        "var-log": ("/var/log", None),
+        "dev-log": ("/dev/log", None),
         "host-os-release": ("/etc/os-release", None),
-        "cgroup": ("/sys/fs/cgroup", "Directory"),
-        "vfio": ("/dev/vfio", "Directory"),
+        "cgroup": ("/sys/fs/cgroup", None),
+        "vfio": ("/dev/vfio", None),
+        "run-nvidia-fabricmanager": ("/run/nvidia-fabricmanager", "DirectoryOrCreate"),
+        "run-nvidia-topologyd": ("/run/nvidia-topologyd", "DirectoryOrCreate"),
+        "mlnx-ofed-usr-src": ("/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
+        "run-mellanox-drivers": ("/run/mellanox/drivers", "DirectoryOrCreate"),
         "host-root": ("/", None),
         "host-sys": ("/sys", "Directory"),
-        "var-log": ("/var/log", "Directory"),
-        "dev-log": ("/dev/log", None),
         "firmware-search-path": ("/sys/module/firmware_class/parameters/path", None),
+        "host-sys-devices-system": ("/sys/devices/system", "Directory"),
         "nv-firmware": ("/run/nvidia/driver/lib/firmware", "DirectoryOrCreate"),
     }
 
@@ -200,18 +234,20 @@ def test_no_licence_reaches_the_vgpu_manager(recording, daemonsets):
     """Licensing belongs to the guest driver in each VM; the host driver reads no licensing file."""
     ds = daemonsets[VGPU_MANAGER]
     assert not [v for v in pod_spec(ds)["volumes"] if "secret" in v]
-    assert len(pod_spec(ds)["volumes"]) == 10
+    assert len(pod_spec(ds)["volumes"]) == 15
     assert not objects(recording, "Secret")
 
 
-def test_vgpu_manager_rbac_pauses_labels_and_may_evict(recording):
+def test_vgpu_manager_rbac_is_the_drivers(recording):
     role, cluster_role = rbac(recording, VGPU_MANAGER_SA)
     assert role == {SCC}
     assert cluster_role == {
         (("config.openshift.io",), ("clusterversions",), ("get", "list"), ()),
-        (("",), ("nodes",), ("get", "list", "patch", "watch"), ()),
+        (("",), ("nodes",), ("get", "list", "patch", "update", "watch"), ()),
         (("",), ("pods",), ("get", "list", "watch"), ()),
         (("",), ("pods/eviction",), ("create",), ()),
+        # k8s-driver-manager finds GPU pods allocated through DRA before it evicts them
+        (("resource.k8s.io",), ("resourceclaims",), ("get", "list"), ()),
         (("apps",), ("daemonsets",), ("get",), ()),
     }
 
@@ -534,3 +570,19 @@ def test_config_checks_for_a_pool():
     assert vgpu_catalog.config_problem_for_pci_id("L4-12Q", "0x27B8") is None
     # `default` on an id it has no entry for creates nothing
     assert vgpu_catalog.config_problem_for_pci_id("default", "0x20B1") == "0x20B1 is no vGPU-capable GPU"
+
+
+def test_a_new_vgpu_manager_image_is_a_safe_update_with_a_note_on_how_it_reaches_each_node():
+    from gpustack import changes
+    from stacktest import render
+
+    before = render(config(), stack="kubevirt")
+    edited_config = config()
+    edited_config["gpu-stack:vgpu"]["managerImage"] = "harbor.platform.internal/gpu-stack/vgpu-manager:580.105.08-ubuntu22.04"
+    plan = changes.plan(before, render(edited_config, stack="kubevirt"))
+    assert not plan.dangers and not plan.blocked
+    assert [c.label for c in plan.changes if c.action == changes.UPDATE and c.kind == "DaemonSet"] == [
+        "DaemonSet/gpu-operator/nvidia-vgpu-manager-daemonset"
+    ]
+    (note,) = [message for topic, message in plan.notes if topic == "vgpu-manager-on-delete"]
+    assert "--field-selector spec.nodeName=<node>" in note and "move each node's VMs" in note

@@ -209,9 +209,10 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             owned_env={"COMPONENT": GPU_STACK, "METRICS_PORT": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuManager": OperandTarget(
-            containers=("nvidia-vgpu-manager-ctr",),
+            containers=("nvidia-driver-ctr",),  # in its own DaemonSet: the NVIDIADriver form's container name
             daemonsets=("nvidia-vgpu-manager-daemonset",),
             image_set_by="vgpu.managerImage",
+            owned_env={"NODE_IP": DOWNWARD_API, "DRIVER_CONFIG_DIGEST": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuDeviceManager": OperandTarget(
             containers=("nvidia-vgpu-device-manager",),

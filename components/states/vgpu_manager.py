@@ -1,100 +1,163 @@
 """State `state-vgpu-manager`: NVIDIA's vGPU host driver (the "vGPU manager") on vm-vgpu nodes.
 
-Objects as in GO:assets/state-vgpu-manager with `TransformVGPUManager` applied: SA/Role/RoleBinding/ClusterRole/
-ClusterRoleBinding `nvidia-vgpu-manager` and DaemonSet `nvidia-vgpu-manager-daemonset`. Its `k8s-driver-manager`
-init makes sure no other NVIDIA driver holds the GPUs (pausing the node's GPU operands and unloading the modules
-if one is loaded, fact sheet §5.3), then `nvidia-driver init` of the vGPU manager image installs and loads the
-host driver with `nvidia_vgpu_vfio`, starts the vGPU daemons, enables SR-IOV virtual functions and stays up; on
-exit it disables them and unloads the modules again. The sandbox validator's `vgpu-manager-validation` waits
-for that and writes `vgpu-manager-ready`, which the vGPU device manager waits for.
+Rendered in the form NVIDIA's NVIDIADriver renders it today (`driverType: vgpu-host-manager`,
+GO:manifests/state-driver/0500_daemonset.yaml, golden internal/state/testdata/golden/driver-vgpu-host-manager.yaml),
+which replaced the ClusterPolicy asset (assets/state-vgpu-manager). Objects: SA/Role/RoleBinding/ClusterRole/
+ClusterRoleBinding `nvidia-vgpu-manager` (the driver's rules: nodes update, ResourceClaim reads) and DaemonSet
+`nvidia-vgpu-manager-daemonset`, names kept from the ClusterPolicy form because they are this stack's contract.
+
+Its `k8s-driver-manager` init takes the stack's upgrade policy as the driver's does (`gpu-stack:upgrade`: GPU-pod
+eviction, drain), so no other NVIDIA driver holds the GPUs when `nvidia-driver init` of the vGPU manager image
+installs and loads the host driver with `nvidia_vgpu_vfio`, starts the vGPU daemons and enables SR-IOV virtual
+functions; on exit it disables them and unloads the modules again. The sandbox validator's
+`vgpu-manager-validation` waits for that and writes `vgpu-manager-ready`, which the vGPU device manager waits for.
+
+Updates are OnDelete, as NVIDIA's: restarting the vGPU manager takes down every VM on the node, so a new template
+reaches a node only when its pod is deleted, after its VMs moved (docs/vm-workloads.md). The fleet's disruption
+budget is then never spent by a DaemonSet rollout of its own. The pod gets 120 s to shut down: disabling the
+virtual functions and unloading the driver take longer than the default 30 s. Like NVIDIA's, the container has no
+startup probe or preStop hook (nothing writes .driver-ctr-ready on a vGPU host).
 
 NVIDIA publishes no vGPU manager image (the software is licensed), so the stack takes the complete reference of
-the one the user built, `-<osTag>` suffix included (the operator appends the OS tag to `vgpuManager.version`).
-The init's env is the asset's, not the stack's upgrade policy (eviction and auto-drain off), as for the VFIO
-manager; so is the RBAC, the driver's minus node updates and ResourceClaim reads. The pod gets the asset's 120 s
-to shut down: disabling the virtual functions and unloading the driver take longer than the default 30 s.
-
-No licence reaches this pod: the operator mounts `driver.licensingConfig` only into the driver container of vGPU
-*guests*, and the vGPU manager's entrypoint reads neither licensing file (only /drivers/nvidia.conf for module
-parameters). VMs on vm-vgpu nodes are licensed by the guest driver inside each VM.
-
-Not rendered: the OpenShift Driver Toolkit sidecar and the `openshift.io/scc` annotation (as elsewhere); the
-asset has no probes.
+the one the user built, `-<osTag>` suffix included. No licence reaches this pod: VMs on vm-vgpu nodes are licensed
+by the guest driver inside each VM. On OpenShift the pod gets OPENSHIFT_VERSION; the Driver Toolkit sidecar is not
+rendered here (a vGPU manager image is built for the node's kernel by the user, see docs/differences.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_kubernetes.core.v1 import (
-    ContainerArgs,
-)
+from pulumi_kubernetes.core.v1 import AffinityArgs, ContainerArgs, PodAffinityTermArgs, PodAntiAffinityArgs
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components.catalogs import consts
 from components.kit.builders import (
+    NODE_NAME_ENV,
+    OPERATOR_NAMESPACE_ENV,
+    PRIVILEGED,
     PRIVILEGED_S0,
     Operands,
     also_after,
     child_opts,
+    env,
+    env_from_field,
     host_path,
     mount,
     operand_daemonset,
 )
-from components.kit.rbac import SCC_USE, rbac_set, rule
-from components.states.vfio_manager import driver_manager
+from components.config import Upgrade
+from components.kit.rbac import SCC_USE, rbac_set
+from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager_env
+from components.states.driver import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
 DAEMONSET = "nvidia-vgpu-manager-daemonset"
-CONTAINER = "nvidia-vgpu-manager-ctr"
+CONTAINER = "nvidia-driver-ctr"
+COMPONENT = "nvidia-vgpu-host-manager"
 DEPLOY_COMPONENT = "vgpu-manager"
 TERMINATION_GRACE_PERIOD_SECONDS = 120
 
-
-CLUSTER_RULES = (
-    rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
-    # pausing and restoring the node's deploy labels
-    rule([""], ["nodes"], ["get", "list", "patch", "watch"]),
-    rule([""], ["pods"], ["get", "list", "watch"]),
-    rule([""], ["pods/eviction"], ["create"]),
-    rule(["apps"], ["daemonsets"], ["get"]),
-)
-
 VOLUMES = (
     host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
+    host_path("var-log", "/var/log"),
+    host_path("dev-log", "/dev/log"),
     host_path("host-os-release", "/etc/os-release"),
-    host_path("cgroup", "/sys/fs/cgroup", "Directory"),
-    host_path("vfio", "/dev/vfio", "Directory"),
+    host_path("cgroup", "/sys/fs/cgroup"),
+    host_path("vfio", "/dev/vfio"),
+    host_path("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "DirectoryOrCreate"),
+    host_path("run-nvidia-topologyd", "/run/nvidia-topologyd", "DirectoryOrCreate"),
+    host_path("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
+    host_path("run-mellanox-drivers", "/run/mellanox/drivers", "DirectoryOrCreate"),
     host_path("host-root", "/"),
     host_path("host-sys", "/sys", "Directory"),
-    host_path("var-log", "/var/log", "Directory"),
-    host_path("dev-log", "/dev/log"),
     host_path("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+    host_path("host-sys-devices-system", "/sys/devices/system", "Directory"),
     host_path("nv-firmware", f"{consts.DRIVER_INSTALL_DIR}/lib/firmware", "DirectoryOrCreate"),
 )
 
 
-def vgpu_manager(image: str) -> ContainerArgs:
+def config_digest(image: str) -> str:
+    """DRIVER_CONFIG_DIGEST: lets k8s-driver-manager keep a loaded vGPU manager whose image did not change."""
+    return hashlib.sha256(json.dumps({"image": image, "driverType": COMPONENT}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def driver_manager(image: str, upgrade: Upgrade, digest: str) -> ContainerArgs:
+    return ContainerArgs(
+        name="k8s-driver-manager",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["driver-manager"],
+        args=["uninstall_driver"],
+        env=[
+            NODE_NAME_ENV,
+            *(env(k, v) for k, v in driver_manager_env(upgrade)),
+            OPERATOR_NAMESPACE_ENV,
+            env("DRIVER_CONFIG_DIGEST", digest),
+        ],
+        security_context=PRIVILEGED,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-sys", "/sys"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+        ],
+    )
+
+
+def vgpu_manager(image: str, digest: str, openshift_version: Optional[str] = None) -> ContainerArgs:
     return ContainerArgs(
         name=CONTAINER,
         image=image,
         image_pull_policy="IfNotPresent",
         command=["nvidia-driver"],
         args=["init"],
+        env=[
+            env("NVIDIA_VISIBLE_DEVICES", "void"),
+            NODE_NAME_ENV,
+            env_from_field("NODE_IP", "status.hostIP"),
+            env("DRIVER_CONFIG_DIGEST", digest),
+            *([env("OPENSHIFT_VERSION", openshift_version)] if openshift_version else []),
+        ],
         security_context=PRIVILEGED_S0,
         volume_mounts=[
             mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("host-os-release", "/host-etc/os-release"),
-            mount("vfio", "/dev/vfio"),
-            mount("cgroup", "/sys/fs/cgroup"),
+            mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+            mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
             mount("var-log", "/var/log"),
             mount("dev-log", "/dev/log"),
+            mount("host-os-release", "/host-etc/os-release", read_only=True),
+            mount("cgroup", "/sys/fs/cgroup"),
+            mount("vfio", "/dev/vfio"),
+            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
             mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+            mount("host-sys-devices-system", "/sys/devices/system"),
             mount("nv-firmware", "/lib/firmware"),
         ],
     )
 
+
+# One host driver per node: never next to a container driver or another vGPU manager (NVIDIA's list names
+# `nvidia-vgpu-manager`, which no pod carries; the vGPU manager's own component is listed here instead).
+ONE_DRIVER_PER_NODE = AffinityArgs(
+    pod_anti_affinity=PodAntiAffinityArgs(
+        required_during_scheduling_ignored_during_execution=[
+            PodAffinityTermArgs(
+                label_selector=LabelSelectorArgs(
+                    match_expressions=[
+                        LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[DRIVER_COMPONENT, COMPONENT])
+                    ]
+                ),
+                topology_key="kubernetes.io/hostname",
+            )
+        ]
+    )
+)
 
 
 class VgpuManager(pulumi.ComponentResource):
@@ -106,22 +169,27 @@ class VgpuManager(pulumi.ComponentResource):
         *,
         ops: Operands,
         image: str,
+        upgrade: Upgrade,
+        openshift_version: Optional[str] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        digest = config_digest(image)
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
+            labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false"},
             template_annotations={"kubectl.kubernetes.io/default-container": CONTAINER},
             host_pid=True,
-            host_ipc=True,
-            init_containers=[driver_manager(ops.images.driver_manager)],
-            containers=[vgpu_manager(image)],
+            affinity=ONE_DRIVER_PER_NODE,
+            update_strategy=UPDATE_STRATEGY,
+            init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
+            containers=[vgpu_manager(image, digest, openshift_version)],
             volumes=list(VOLUMES),
             termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
             opts=also_after(child, *rbac.resources),

@@ -161,13 +161,16 @@ ALLOWANCES: dict[str, Allowance] = {
     ),
     "nvidia-cc-manager": _allow({"nvidia-cc-manager"}, {"/run/nvidia", "/sys"}),
     # vGPU nodes (assets/state-vgpu-manager, state-vgpu-device-manager)
+    # the NVIDIADriver form (manifests/state-driver, driverType vgpu-host-manager): the driver's paths plus cgroup
+    # and vfio, hostPID only
     "nvidia-vgpu-manager-daemonset": _allow(
-        {"k8s-driver-manager", "nvidia-vgpu-manager-ctr"},
+        {"k8s-driver-manager", "nvidia-driver-ctr"},
         {
-            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/nvidia", "/run/nvidia/driver/lib/firmware", "/sys",
-            "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
+            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/mellanox/drivers", "/run/mellanox/drivers/usr/src",
+            "/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/run/nvidia/driver/lib/firmware",
+            "/sys", "/sys/devices/system", "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
         },
-        {"hostPID", "hostIPC"},
+        {"hostPID"},
     ),
     "nvidia-vgpu-device-manager": _allow(
         {"vgpu-manager-validation", "nvidia-vgpu-device-manager"},
