@@ -84,8 +84,10 @@ Each error names the key to change.
   H100-96GB, H200, GH200, B200, GB200, B300, GB300, RTX-PRO-6000) and `components.migManager`. The layout must fit
   the model (known profiles, each within its per-GPU count, compute and memory slices within the GPU's); the
   error lists the layouts that do fit.
-- A `mig-*` layout must create MIG devices: `all-disabled` and `all-enabled` would leave the pool nothing to
-  request (use `strategy: none` for whole GPUs).
+- A `mig-*` layout must enable MIG on some GPU: `all-disabled` is refused (use `strategy: none` for whole GPUs).
+  `all-enabled` (MIG mode on, no instances) is taken under `mig-mixed`: the pool advertises nothing until
+  instances exist (created by a DRA driver or by hand), which the device plugin then advertises as
+  `nvidia.com/mig-<profile>`; under `mig-single` the plugin refuses such a node.
 - `mig-single` needs a layout with one profile type: the device plugin refuses mixed profiles (`all-balanced`)
   under the single strategy. When `migLayout` is missing, the error lists only the layouts the strategy can use.
 - `migLayouts`: a name starting `all-` is refused (it belongs to the built-ins), and so is a layout no pool uses.

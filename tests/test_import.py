@@ -12,6 +12,7 @@ import yaml
 
 import gpustack.__main__ as cli
 from components.catalogs import catalog, mig_catalog
+from components.kit import sharing
 from components.config import load_config, stack_file_config
 from gpustack import apiserver, importer
 from gpustack.render import objects_in_order as render_objects_in_order
@@ -488,21 +489,42 @@ def test_per_gpu_mig_layouts_are_carried_in_mig_parteds_shape():
 @pytest.mark.parametrize(
     ("layouts", "label", "changes", "expected"),
     [
-        # a custom layout under a built-in name: gpu-stack's all-3g.40gb would be another layout
-        ({"all-balanced": BALANCED, "all-3g.40gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1}}]},
-         "all-3g.40gb", None, "redefines that built-in name"),
         ({"all-balanced": BALANCED, "two-3g": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]},
          None, {"mig.strategy": "none", "devicePlugin.config": {}}, "with mig.strategy none"),
         ({"all-balanced": BALANCED}, None, None, "no mig-configs entry"),
-        ({"all-balanced": BALANCED, "two-3g": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]},
-         None, None, "creates no MIG devices"),
+        ({"all-balanced": BALANCED, "two-3g": [{"devices": "all", "mig-enabled": False}]},
+         None, None, "enables MIG on no GPU"),
     ],
-    ids=["builtin-name", "strategy-none", "missing-layout", "no-devices"],
+    ids=["strategy-none", "missing-layout", "mig-off"],
 )
 def test_a_mig_layout_that_cannot_be_carried_stops_the_import(layouts, label, changes, expected):
     with pytest.raises(ImportInputError, match=expected) as refused:
         _mig_import(layouts, policy_changes=changes, label=label)
     assert "train-a100-0" in str(refused.value)  # names the nodes
+
+
+def test_a_layout_redefining_a_builtin_name_is_carried_under_a_name_of_its_own_with_the_same_devices():
+    # the cluster's all-3g.40gb is one 3g.40gb per GPU; gpu-stack's is two
+    redefined = [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1}}]
+    result = _mig_import({"all-balanced": BALANCED, "all-3g.40gb": redefined}, label="all-3g.40gb")
+    carried = "custom-mig-parted-config-3g.40gb-a100-80gb"
+    assert section(result, "migLayouts")[carried] == {"3g.40gb": 1}
+    cfg = loads(result)
+    pool = next(p for p in cfg.node_pools if p.name == "a100-80gb-a100-mig")
+    # the nodes are relabelled with the new name, whose devices are those the GPUs already hold
+    assert pool.sharing.mig_layout == carried
+    assert any(carried in note and "no GPU is repartitioned" in note for note in result.notes)
+
+
+def test_nodes_on_all_enabled_import_as_a_mig_mixed_pool_that_advertises_what_exists():
+    enabled = [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]
+    for layouts in ({"all-balanced": BALANCED, "all-enabled": enabled}, {"all-balanced": BALANCED, "mig-on": enabled}):
+        label = next(name for name in layouts if name != "all-balanced")
+        result = _mig_import(layouts, label=label)
+        cfg = loads(result)
+        pool = next(p for p in cfg.node_pools if p.name == "a100-80gb-a100-mig")
+        assert pool.sharing.mig_layout == label and pool.sharing.strategy == "mig-mixed"
+        assert sharing.resources_by_pool(cfg.node_pools, "mixed", cfg.mig_layouts)[pool.name]["perGpu"] == {}
 
 
 def test_mig_strategies_without_nodes_and_empty_mig_defaults_are_refused(tmp_path, capsys):
@@ -607,3 +629,18 @@ def test_every_a100_layout_a_node_runs_is_carried_by_its_builtin_name():
         pools = {p.name: p for p in loads(result).node_pools}
         assert pools["a100-80gb-a100-mig"].sharing.mig_layout == name
         assert name not in result.config.get("gpu-stack:migLayouts", {})  # a built-in stays gpu-stack's, not a copy
+
+
+def test_nodes_on_all_enabled_holding_instances_stop_the_import_before_a_mig_manager_deletes_them():
+    enabled = [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]
+    policy = importer.read_yaml(fixture("mig-mixed.yaml"), "--clusterpolicy")
+    configmaps = importer.read_yaml(fixture("configmaps-mig.yaml"), "--configmap")
+    parted = next(i for i in configmaps["items"] if i["metadata"]["name"] == "custom-mig-parted-config")
+    parted["data"]["config.yaml"] = yaml.safe_dump({"version": "v1", "mig-configs": {"all-balanced": BALANCED, "all-enabled": enabled}})
+    nodes = [type(n)(n.name, {**n.labels, "nvidia.com/mig.config": "all-enabled", "nvidia.com/mig-1g.10gb.count": "7"}
+                     if n.labels.get("nvidia.com/mig.config") == "two-3g" else n.labels, n.runtime, n.kubelet)
+             for n in importer.nodes_of(importer.read_yaml(fixture("nodes-mig.yaml"), "--nodes"), "nodes-mig.yaml")]
+    with pytest.raises(ImportInputError, match="hold MIG instances") as refused:
+        importer.import_cluster_policy(importer.cluster_policy_of(policy, "mig-mixed.yaml"), MIG_FACTS, nodes=nodes,
+                                       configmaps=importer.configmaps_of([("configmaps-mig.yaml", configmaps)]))
+    assert "train-a100-0" in str(refused.value)

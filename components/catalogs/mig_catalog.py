@@ -97,6 +97,12 @@ class Layout:
             return any(e.mig_enabled and e.mig_devices for e in self.entries)
         return self.mig_enabled and bool(self.devices)
 
+    @property
+    def enables_mig(self) -> bool:
+        """MIG mode on some GPU: with no devices (`all-enabled`) the instances come from elsewhere (a DRA driver,
+        or an admin's nvidia-smi), and the device plugin advertises them under `mixed` once they exist."""
+        return any(e.mig_enabled for e in self.entries) if self.per_gpu else self.mig_enabled
+
 
 LayoutValue = Union[Mapping[str, int], Sequence[GpuEntry]]
 

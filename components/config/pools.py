@@ -369,12 +369,12 @@ def _mig_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
     problems += [(f"{where}.migLayout", reason) for reason in reasons]
     if layout is None:
         return problems
-    if not layout.creates_devices:
+    if not layout.enables_mig:
         problems.append(
             (
                 f"{where}.migLayout",
-                f"{shown(name)} creates no MIG devices, so the pool would offer nothing to request; pick a layout with MIG "
-                f"devices ({', '.join(_usable_layouts(pool, cfg.mig_layouts))}) or sharing.strategy 'none' for whole GPUs",
+                f"{shown(name)} enables MIG on no GPU, so a MIG strategy has nothing to do; pick a layout with MIG "
+                f"({', '.join(_usable_layouts(pool, cfg.mig_layouts))}) or sharing.strategy 'none' for whole GPUs",
             )
         )
     elif pool.sharing.mig_strategy == "single":

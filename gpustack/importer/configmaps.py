@@ -3,6 +3,7 @@ mig-parted configs MIG layouts, the DCGM exporter's metrics CSV extra metrics; u
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 from components.catalogs import catalog
@@ -10,6 +11,7 @@ from components.catalogs import consts
 from components.catalogs import dcgm_metrics
 from components.catalogs import mig_catalog
 from components.config.base import DNS_SUBDOMAIN_MAX, SHOWN_MAX
+from components.kit import naming
 from gpustack.importer.common import ImportInputError, embedded_yaml, objects_of
 from gpustack.importer.mig import layout_from_mig_parted
 from gpustack.importer.nodes import _Group
@@ -34,6 +36,9 @@ PLUGIN_CONFIG_FIELDS: dict[str, Kind] = {
 }
 MIG_PARTED_LAYOUT = list_of(fields_of({"device-filter": STRING_OR_STRINGS, "mig-enabled": BOOLEAN, "mig-devices": MAPPING},
                                       "a mig-parted entry"), "a list of mig-parted entries")
+
+# GFD's count of one MIG profile's instances on a node (mixed strategy): nvidia.com/mig-1g.10gb.count.
+MIG_COUNT_LABEL = re.compile(r"nvidia\.com/mig-[0-9a-z.+-]+\.count")
 
 
 def configmaps_of(documents: Sequence[tuple[str, Any]]) -> dict[str, dict[str, str]]:
@@ -148,6 +153,7 @@ class ConfigMapsMixin:
                 self.report(f"configmap:{cm}/{key}.sharing", shared,
                             "gpu-stack does not combine MIG with time-slicing or MPS on one pool; the pool keeps its MIG layout")
             layout = self._mig_layout(model, mig_label, nodes)
+            self._keep_instances(model, layout, group)
             return {"strategy": f"mig-{mig_strategy}", "migLayout": layout}
         if group.nodes and not mig_label and model_info.mig_capable and self._labels_mig():
             if self.spec.get("migManager.config.default") == "":
@@ -157,6 +163,26 @@ class ConfigMapsMixin:
                     "operator left their MIG mode as it was; gpu-stack labels such nodes all-disabled, which would wipe "
                     "any MIG partitions on them. Label them with the layout they run (or all-disabled) and import again")
         return shared
+
+    def _keep_instances(self, model: str, layout: str, group: _Group) -> None:
+        """Refuse nodes on a MIG-mode-only layout (`all-enabled`) that hold instances: gpu-stack's MIG manager, like
+        the operator's, asserts its node's layout whenever its pod starts and applies it when the GPUs differ, which
+        deletes instances the layout does not list. GFD's `nvidia.com/mig-<profile>.count` labels show them."""
+        value = self.mig_layouts.get(layout)
+        builtin = mig_catalog.builtin_layouts(model).get(layout)
+        mode_only = (builtin is not None and builtin.enables_mig and not builtin.devices) or (
+            isinstance(value, list) and not any(e.get("migDevices") for e in value)
+        )
+        if not mode_only:
+            return
+        holding = sorted({n.name for n in group.nodes for key, count in n.labels.items()
+                          if MIG_COUNT_LABEL.fullmatch(key) and count not in ("", "0")})
+        if holding:
+            raise ImportInputError(
+                f"--nodes: {', '.join(holding)} run MIG layout {layout} (MIG mode on, no instances listed) but hold MIG "
+                "instances (GFD's nvidia.com/mig-<profile>.count labels); the MIG manager re-applies the layout when its "
+                "pod starts, which deletes them. Write the instances the nodes hold into a mig-parted layout, relabel the "
+                "nodes with it, and import again")
 
     def _labels_mig(self) -> bool:
         """Whether gpu-stack's MIG manager acts on the MIG label of MIG-capable nodes (it is deployed)."""
@@ -224,17 +250,23 @@ class ConfigMapsMixin:
         if not applicable:
             raise ImportInputError(f"{where}: its entries in ConfigMap {custom_name} apply to no {model} (device-filter)")
         layout = self._carried_layout(applicable, f"configmap:{custom_name}/config.yaml", name)
-        if isinstance(layout, dict) and name in builtin and builtin[name].devices == layout:
+        if name in builtin and _same_as_builtin(layout, builtin[name]):
             return name
-        has_devices = bool(layout) if isinstance(layout, dict) else any(e.get("migDevices") for e in layout)
+        enables_mig = bool(layout) if isinstance(layout, dict) else any(e.get("migEnabled") for e in layout)
+        if not enables_mig:
+            raise ImportInputError(f"{where}: it enables MIG on no GPU, and gpu-stack labels a pool without MIG "
+                                   "all-disabled; relabel the nodes all-disabled first if that is what they run")
         if name.startswith("all-") or name in builtin:
-            raise ImportInputError(
-                f"{where}: ConfigMap {custom_name} redefines that built-in name, which gpu-stack keeps for its own "
-                "layouts (a pool naming it would get gpu-stack's devices, not these). Rename the layout in the "
-                "ConfigMap and relabel the nodes with the new name, then import again")
-        if not has_devices:
-            raise ImportInputError(f"{where}: it creates no MIG devices, and a gpu-stack pool without MIG devices is "
-                                   "labelled all-disabled; relabel the nodes all-disabled first if that is what they run")
+            # gpu-stack keeps built-in names for its own layouts, so the cluster's meaning moves under a name of its
+            # own, per model. The node labeller then writes that name; the MIG manager finds the GPUs already
+            # partitioned as it says (mig-parted asserts before it applies) and repartitions nothing.
+            carried = naming.bounded(f"{custom_name}-{name.removeprefix('all-')}-{model.lower()}")
+            self.notes.append(f"MIG layout {name} of ConfigMap {custom_name} redefines a built-in name for the {model}: "
+                              f"carried as {carried}; its nodes are relabelled {consts.MIG_CONFIG}={carried}, which "
+                              "holds the same devices, so no GPU is repartitioned")
+            self.used_mig_layouts.add(name)
+            self.mig_layouts[carried] = layout
+            return carried
         known = self.mig_layouts.get(name)
         if known is not None and known != layout:
             raise ImportInputError(f"{where}: it gives the {model} other devices than another model's nodes under the "
@@ -292,3 +324,17 @@ class ConfigMapsMixin:
         self.spec.use("migManager.config.name", "devicePlugin.config.name", "dcgmExporter.config.name")
         for name in sorted(set(self.configmaps) - self.used_configmaps - {plugin, mig}):
             self.notes.append(f"ConfigMap {name} (--configmap) is not one the ClusterPolicy names; it was not read")
+
+
+def _same_as_builtin(layout: Any, builtin: mig_catalog.Layout) -> bool:
+    """Whether a carried layout (migLayouts value) means exactly what gpu-stack's built-in layout of that name does."""
+    if builtin.per_gpu:
+        return False
+    if isinstance(layout, dict):
+        return builtin.mig_enabled and builtin.devices == layout
+    return (
+        len(layout) == 1
+        and layout[0].get("devices") == "all"
+        and bool(layout[0].get("migEnabled")) == builtin.mig_enabled
+        and (layout[0].get("migDevices") or {}) == builtin.devices
+    )
