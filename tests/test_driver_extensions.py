@@ -45,6 +45,9 @@ BAD = [
     ("cert and repo share a ConfigMap", driver(certConfig={"name": "apt-mirror", "files": ["ca.crt"]}), "certConfig", "already used by repoConfig"),
     ("module config named like a driver volume", driver(kernelModuleConfig={"name": "host-root", "files": ["nvidia.conf"]}), "kernelModuleConfig", "already used by the driver pod"),
     ("secretEnv name", driver(secretEnv="Proxy_Env"), "secretEnv", "DNS-1123 subdomain"),
+    ("topology ConfigMap name", driver(virtualTopologyConfig="Topology.Conf"), "virtualTopologyConfig", "DNS-1123 subdomain"),
+    ("topology ConfigMap not a string", driver(virtualTopologyConfig={"name": "t"}), "virtualTopologyConfig", "expected a string"),
+    ("extra volume named like the topology volume", driver(virtualTopologyConfig="t", extraVolumes=[{"name": "topology-config", "mountPath": "/x", "secret": {"name": "s"}}]), "extraVolumes[0].name", "virtualTopologyConfig"),
     ("hostNetwork not a bool", driver(hostNetwork="true"), "hostNetwork", "true, false"),
     ("startup successThreshold", driver(startupProbe={"successThreshold": 2}), "startupProbe.successThreshold", "must be 1"),
     ("probe period 0", driver(readinessProbe={"periodSeconds": 0}), "readinessProbe.periodSeconds", "greater than or equal to 1"),
@@ -111,6 +114,7 @@ def test_the_extensions_change_the_config_digest_and_their_absence_keeps_it():
 
 EVERYTHING = {
     "licensingConfig": {"configMapName": "gridd", "nlsEnabled": False},
+    "virtualTopologyConfig": "vgpu-topology",
     "repoConfig": {"configMapName": "apt-mirror", "files": ["z.list", "a.list"]},
     "certConfig": {"name": "internal-ca", "files": ["root.crt"]},
     "kernelModuleConfig": {"name": "module-params", "files": ["nvidia.conf"]},
@@ -151,6 +155,8 @@ def test_the_driver_container_gets_every_extension_in_the_operators_shape(everyt
     assert found["/drivers/gridd.conf"] == {"name": "licensing-config", "mountPath": "/drivers/gridd.conf", "readOnly": True, "subPath": "gridd.conf"}
     assert not any("ClientConfigToken" in path for path in found)
     assert found["/drivers/nvidia.conf"]["subPath"] == "nvidia.conf"
+    # ClusterPolicy's driver.virtualTopology.config, as transformDriverContainer mounts it
+    assert found["/etc/nvidia/nvidia-topologyd.conf"] == {"name": "topology-config", "mountPath": "/etc/nvidia/nvidia-topologyd.conf", "readOnly": True, "subPath": "nvidia-topologyd.conf"}
     assert found["/etc/apt/sources.list.d/a.list"] == {"name": "apt-mirror", "mountPath": "/etc/apt/sources.list.d/a.list", "readOnly": True, "subPath": "a.list"}
     assert "/etc/apt/sources.list.d/z.list" in found
     assert found["/usr/local/share/ca-certificates/root.crt"]["name"] == "internal-ca"
@@ -160,7 +166,7 @@ def test_the_driver_container_gets_every_extension_in_the_operators_shape(everyt
     # the operator's order: licence, module parameters, repositories, CAs; then the extra volumes
     order = [m["name"] for m in ctr["volumeMounts"]]
     tail = order[order.index("licensing-config"):]
-    assert tail == ["licensing-config", "module-params", "apt-mirror", "apt-mirror", "internal-ca", "host-keys", "tuning", "creds"]
+    assert tail == ["licensing-config", "topology-config", "module-params", "apt-mirror", "apt-mirror", "internal-ca", "host-keys", "tuning", "creds"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["licensing-config"] == {"name": "licensing-config", "configMap": {"name": "gridd", "items": [{"key": "gridd.conf", "path": "gridd.conf"}]}}
     assert volumes["apt-mirror"]["configMap"]["items"] == [{"key": "a.list", "path": "a.list"}, {"key": "z.list", "path": "z.list"}]

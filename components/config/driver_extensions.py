@@ -260,6 +260,8 @@ def _driver_extension_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     volumes: dict[str, str] = {name: "the driver pod" for name in RESERVED_VOLUMES}
     if driver.licensing_config is not None:
         volumes["licensing-config"] = "licensingConfig"
+    if driver.virtual_topology_config is not None:
+        volumes["topology-config"] = "virtualTopologyConfig"
     for key, files in (
         ("kernelModuleConfig", driver.kernel_module_config),
         ("repoConfig", driver.repo_config),

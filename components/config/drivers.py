@@ -61,6 +61,11 @@ class Driver(_Model):
     kernel_module_config: Optional[NamedFiles] = Field(
         default=None, description="Kernel module parameter files (e.g. `nvidia.conf`) mounted into /drivers."
     )
+    virtual_topology_config: Optional[str] = Field(
+        default=None,
+        description="vGPU guests: a ConfigMap whose key `nvidia-topologyd.conf` configures the vGPU topology daemon "
+        "(mounted at /etc/nvidia/nvidia-topologyd.conf), ClusterPolicy's driver.virtualTopology.config.",
+    )
     secret_env: Optional[str] = Field(
         default=None,
         description="A Secret (stack namespace) whose keys become the driver container's environment (`envFrom`), "
@@ -91,7 +96,7 @@ class Driver(_Model):
     )
 
     _branch = field_validator("branch")(_driver_branch)
-    _secret = field_validator("secret_env")(_object_name)
+    _secret = field_validator("secret_env", "virtual_topology_config")(_object_name)
 
 
 class PoolDriver(_Model):

@@ -48,6 +48,10 @@ from components.kit.builders import NODE_NAME_ENV, env, env_from_field, host_pat
 from components.kit.node_labeler import AGENT_SECURITY
 
 LICENSING_VOLUME = "licensing-config"
+# The vGPU topology daemon's config (GO:internal/consts VGPUTopologyConfigMountPath / FileName).
+TOPOLOGY_VOLUME = "topology-config"
+TOPOLOGY_CONF = "nvidia-topologyd.conf"
+TOPOLOGY_CONF_PATH = f"/etc/nvidia/{TOPOLOGY_CONF}"
 
 # The OS ID (the os tag without its version) -> where its package manager reads repositories and where its CA
 # store takes extra certificates (GO:controllers/object_controls.go RepoConfigPathMap, CertConfigPathMap).
@@ -107,6 +111,12 @@ def pod_extensions(settings: DriverSettings, os_tag: str, *, precompiled: bool) 
         else:
             source = VolumeArgs(name=LICENSING_VOLUME, config_map=ConfigMapVolumeSourceArgs(name=licensing.config_map_name, items=items))
         ext.volumes.append(source)
+    if settings.virtual_topology_config is not None:
+        ext.volumes.append(VolumeArgs(
+            name=TOPOLOGY_VOLUME,
+            config_map=ConfigMapVolumeSourceArgs(name=settings.virtual_topology_config, items=[KeyToPathArgs(key=TOPOLOGY_CONF, path=TOPOLOGY_CONF)]),
+        ))
+        ext.driver_mounts.append(mount(TOPOLOGY_VOLUME, TOPOLOGY_CONF_PATH, read_only=True, sub_path=TOPOLOGY_CONF))
     if settings.kernel_module_config is not None:
         volume, mounts = _config_map_files(settings.kernel_module_config, DRIVERS_DIR)
         ext.volumes.append(volume)
@@ -160,7 +170,7 @@ def digest_material(settings: DriverSettings) -> Optional[str]:
     """What of the extensions the driver install depends on, for DRIVER_CONFIG_DIGEST (the operator hashes the
     driver container's mounts, volumes and envFrom, extractDriverInstallConfig); None when none is set, so a stack
     without them keeps its digest."""
-    keys = {"licensing_config", "repo_config", "cert_config", "kernel_module_config", "secret_env", "extra_volumes"}
+    keys = {"licensing_config", "virtual_topology_config", "repo_config", "cert_config", "kernel_module_config", "secret_env", "extra_volumes"}
     chosen = keys & settings.model_fields_set
     if not chosen:
         return None

@@ -36,6 +36,7 @@ DIRECT: tuple[Carried, ...] = (
     Carried("driver.licensingConfig.secretName", "driver.licensingConfig.secretName"),
     Carried("driver.licensingConfig.configMapName", "driver.licensingConfig.configMapName"),
     Carried("driver.secretEnv", "driver.secretEnv"),
+    Carried("driver.virtualTopology.config", "driver.virtualTopologyConfig"),
     Carried("driver.hostNetwork", "driver.hostNetwork", False),
     Carried("dcgmExporter.enablePodLabels", "dcgmExporter.enablePodLabels", False),
     Carried("dcgmExporter.enablePodUID", "dcgmExporter.enablePodUid", False),

@@ -40,7 +40,6 @@ REASONS: tuple[tuple[str, str], ...] = (
                                              "when the cluster is OpenShift; pass --openshift-version (and --imagestream)"),
     ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
-    ("spec.driver.virtualTopology*", "gpu-stack has no key for the vGPU topology daemon config"),
     ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
     # NVIDIA's driver container has no liveness probe: the operator's setContainerProbe tunes an existing probe
     # only, so these timings never took effect there, and carrying them would turn on a probe that restarts the
