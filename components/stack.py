@@ -45,13 +45,20 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
+# Keys added after stacks were deployed, with their defaults: while a key keeps its default it stays out of the
+# digest, so upgrading gpu-stack re-runs no gate on a stack that does not use it.
+ADDED_KEYS = (
+    (("cluster", "platform"), "kubernetes"),
+    (("cluster", "openshift"), None),
+    (("driver", "virtualTopologyConfig"), None),
+)
+
+
 def stack_digest(cfg: StackConfig) -> str:
     dumped = cfg.model_dump(mode="json", by_alias=True)
-    # A key added after stacks were deployed leaves their digest as it was while it keeps its default, so
-    # upgrading gpu-stack re-runs no gate.
-    cluster = dumped["cluster"]
-    if cluster["platform"] == "kubernetes" and cluster["openshift"] is None:
-        del cluster["platform"], cluster["openshift"]
+    for (section, key), default in ADDED_KEYS:
+        if dumped[section].get(key, default) == default:
+            dumped[section].pop(key, None)
     return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
 
 

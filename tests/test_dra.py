@@ -185,7 +185,8 @@ PROGRAM = """
 import json
 import pulumi_kubernetes as k8s
 from components.catalogs import catalog
-from components.kit.builders import image_ref, meta
+from components.config.images import image_path
+from components.kit.builders import meta
 from components.config import load_config, program_config
 from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
@@ -193,7 +194,7 @@ from components.states.dra_validator import DraValidator
 from components.kit.stack_inputs import operands
 
 ops = operands(load_config(program_config()))
-image = image_ref(catalog.DEFAULT_REGISTRY, *catalog.IMAGES["draDriver"])
+image = image_path(catalog.DEFAULT_REGISTRY, *catalog.IMAGES["draDriver"])
 driver = DraDriver("dra-driver", ops=ops, image=image, resource_api_version={api!r}, pools={pools!r},
                    compute_domains={compute_domains!r})
 if {validator!r}:

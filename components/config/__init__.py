@@ -69,15 +69,10 @@ from components.config.monitoring import (
     ServiceMonitorSettings,
     duration_ms,
 )
-from components.config.overrides import EnvVar, OperandOverride, OperandOverrides, OperandToleration, Resources, deployed_operands
+from components.config.overrides import EnvVar, OperandOverride, OperandOverrides, OperandToleration, Resources
 from components.config.pools import MIG_LAYOUT_NAME, MPS_MAX_REPLICAS, SHARING_STRATEGIES, NodePool, Sharing
 from components.config.stack import StackConfig
-from components.config.upgrade import (
-    MIN_NODE_SWAP_SECONDS,
-    Drain,
-    Upgrade,
-    Wave,
-    label_selector_problem,
-    rollout_floor_seconds,
-)
+from components.config.rules.overrides import deployed_operands
+from components.config.rules.upgrade import MIN_NODE_SWAP_SECONDS, rollout_floor_seconds
+from components.config.upgrade import Drain, Upgrade, Wave, label_selector_problem
 from components.config.vm import CcManager, KubeVirt, SandboxWorkloads, Vgpu

@@ -13,7 +13,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components.config.base import NAMESPACE, SHOWN_MAX, ConfigError, foreign_key_problem, shown
-from components.config.stack import StackConfig, _cross_checks
+from components.config.rules import cross_key_problems
+from components.config.stack import StackConfig
 
 # What an error says in place of a value it must not echo.
 SECRET_NOT_SHOWN = "(secret value not shown)"
@@ -321,7 +322,7 @@ def load_config(raw: Mapping[str, str], secret_keys: Collection[str] = ()) -> St
     # above, but still reported on); SECRET_KEYS' values never reach those rules.
     refused = {key[len(prefix):] for key in secret_keys if key.startswith(prefix) and key not in SECRET_KEYS}
     secret_values = [data[name] for name in sorted(refused) if name in data]
-    for path, message in _cross_checks(cfg):
+    for path, message in cross_key_problems(cfg):
         echoes = bool(secret_values) and _echoes(message, secret_values)
         problems.append((path, _redacted(message, secret_values) if echoes else _bounded(message)))
     problems += _secret_checks(cfg)

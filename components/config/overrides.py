@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from components.catalogs import catalog
 from components.catalogs import operand_overrides as operand_targets
 from components.config import limits
 from components.config.base import (
@@ -25,7 +24,6 @@ from components.config.base import (
     IMAGE_TAG,
     LABEL_KEY,
     LABEL_VALUE,
-    NAMESPACE,
     REGISTRY,
     Toleration,
     _annotation_map,
@@ -41,8 +39,6 @@ from components.config.base import (
 )
 from components.config.cluster import registry_problem
 
-if TYPE_CHECKING:
-    from components.config.stack import StackConfig
 
 # A C identifier, as the API server takes env names in practice (IsEnvVarName allows more, but a shell does not).
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -366,115 +362,3 @@ class OperandOverrides(_Model):
 
 # The catalog and the model must list the same operands.
 assert tuple(f.alias for f in OperandOverrides.model_fields.values()) == operand_targets.OPERAND_KEYS
-
-
-def deployed_operands(cfg: "StackConfig") -> set[str]:
-    """The operand keys the stack renders (components/stack.py builds a state exactly under these conditions)."""
-    comps = cfg.components
-    vm = bool(cfg.pools_of("vm-passthrough", "vm-vgpu"))
-    vgpu = bool(cfg.pools_of("vm-vgpu"))
-    passthrough = bool(cfg.pools_of("vm-passthrough"))
-    kata = vm and cfg.sandbox_workloads.mode == "kata"
-    driver = bool(cfg.driver_pools)
-    wanted = {
-        "driver": driver,
-        "driverManager": driver or vgpu or passthrough,
-        "toolkit": comps.toolkit,
-        "validator": True,
-        "devicePlugin": comps.device_plugin,
-        "mpsControlDaemon": comps.device_plugin and bool(cfg.pools_sharing_by("mps")),
-        "gfd": comps.gfd,
-        "dcgm": comps.dcgm,
-        "dcgmExporter": comps.dcgm_exporter,
-        "migManager": comps.mig_manager and any(p.model.mig_capable for p in cfg.container_pools),
-        "nodeStatusExporter": comps.node_status_exporter,
-        "vgpuManager": vgpu,
-        "vgpuDeviceManager": vgpu,
-        "vfioManager": passthrough,
-        "sandboxValidator": vm,
-        "sandboxDevicePlugin": vm and cfg.sandbox_workloads.mode == "kubevirt",
-        "kataSandboxDevicePlugin": kata,
-        "ccManager": kata and cfg.sandbox_workloads.cc_manager.enabled,
-        "gds": driver and cfg.gpudirect.gds,
-        "gdrcopy": driver and cfg.gpudirect.gdrcopy,
-        "peermem": driver and cfg.gpudirect.rdma.enabled,
-        "draDriver": bool(cfg.dra_pools),
-    }
-    return {key for key, on in wanted.items() if on}
-
-
-def catalog_version(versions: _Model, image: str) -> str:
-    """The stack's version of a catalog image: `versions.<image>` (the catalog's keys are its aliases)."""
-    for name, field in type(versions).model_fields.items():
-        if (field.alias or name) == image:
-            return getattr(versions, name)
-    raise KeyError(image)
-
-
-def _operand_checks(cfg: "StackConfig") -> list[tuple[str, str]]:
-    """Rules between `operands` and the rest of the stack; each names the key to change."""
-    problems: list[tuple[str, str]] = []
-    deployed = deployed_operands(cfg)
-    fields = type(cfg.versions).model_fields
-    versions_set = {fields[name].alias or name for name in cfg.versions.model_fields_set}
-    for key, override in cfg.operands.by_key().items():
-        here = f"{NAMESPACE}:operands.{key}"
-        target = operand_targets.OPERANDS[key]
-        if key not in deployed:
-            problems.append((here, f"this stack does not deploy {key}; remove the override (deployed: {', '.join(sorted(deployed))})"))
-            continue
-        owned = operand_targets.owned_env(key)
-        for var in override.env:
-            if var.name in owned:
-                problems.append((f"{here}.env", f"{var.name} is set by {owned[var.name]}; change that key instead"))
-        if target.runs_in and override.pod_level:
-            holders = " / ".join(f"operands.{k}" for k in target.runs_in)
-            problems.append(
-                (here, f"{key} is a container in the pods of {holders}: set annotations, labels, priorityClassName and tolerations there")
-            )
-        if override.sets_image:
-            problems += _image_checks(key, override, target, versions_set, here)
-            problems += _composed_image_checks(cfg, override, target, here)
-    return problems
-
-
-def _composed_image_checks(
-    cfg: "StackConfig", override: OperandOverride, target: operand_targets.OperandTarget, here: str
-) -> list[tuple[str, str]]:
-    """Each part may be valid alone and the reference the operand runs still not be one (over 255 characters of
-    repository name, say): parse the reference the override composes, as the kubelet will."""
-    if target.image is None or override.full_reference:
-        return []
-    registry = cfg.registry.override or catalog.DEFAULT_REGISTRY
-    directory, _, name = catalog.IMAGES[target.image][0].rpartition("/")
-    repository = override.repository or (f"{registry}/{directory}" if directory else registry)
-    version = override.version or "tag"  # the stack's own version is checked where it is set
-    try:
-        separator = "@" if version.startswith("sha256:") else ":"  # the operator's ImagePath rule
-        parse_image(f"{repository}/{override.image or name}{separator}{version}")
-    except ValueError as exc:
-        return [(f"{here}.image" if override.image else f"{here}.repository", f"together they are no image reference: {exc}")]
-    return []
-
-
-def _image_checks(
-    key: str, override: OperandOverride, target: operand_targets.OperandTarget, versions_set: set[str], here: str
-) -> list[tuple[str, str]]:
-    if target.image is None:
-        return [(here, f"the {key} image is set by {target.image_set_by}; remove repository/image/version here")]
-    problems: list[tuple[str, str]] = []
-    if override.full_reference:
-        if override.repository is not None or override.version is not None:
-            problems.append((f"{here}.image", "a full image reference takes no repository or version; give one or the other"))
-        if target.os_tagged:
-            problems.append(
-                (f"{here}.image", f"the node's OS is appended to the {key} tag: give repository and image name, not a full reference")
-            )
-    if override.version is not None:
-        if target.version_set_by:
-            problems.append((f"{here}.version", f"the {key} version is {target.version_set_by}; set it there"))
-        elif operand_targets.image_owner(target.image) == key and target.image in versions_set:
-            problems.append(
-                (f"{here}.version", f"versions.{target.image} is set too; keep one of them (both name the {key} image's tag)")
-            )
-    return problems

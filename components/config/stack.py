@@ -1,4 +1,5 @@
-"""The whole stack as one model, and the rules that span several keys, which call each area's own checks."""
+"""The whole stack as one model (StackConfig), composed of each area's models, and how each pool's driver is planned
+(`pool_driver`, `pool_flavours`). The rules that span several keys read it from components/config/rules/."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Optional
 from pydantic import Field, SecretStr, field_validator
 
 from components.config import limits
-from components.config.base import DIGEST, NAMESPACE, _Model, shown
+from components.config.base import _Model, shown
 from components.config.cluster import (
     Cluster,
     Components,
@@ -22,18 +23,18 @@ from components.config.cluster import (
     Validator,
     Versions,
 )
-from components.config.dra import Dra, _dra_checks
-from components.config.driver_extensions import _driver_extension_checks
-from components.config.image_lists import pool_flavours
-from components.config.openshift import DriverToolkit, openshift_checks
-from components.config.drivers import Driver, PoolDriverPlan, _driver_daemonset_checks, _pool_driver_checks
-from components.config.gpudirect import GpuDirect, _gpudirect_checks, gds_needs_open_modules
-from components.config.hostpaths import HostPaths, _host_paths_checks
-from components.config.monitoring import DcgmExporter, Monitoring, _monitoring_checks
-from components.config.overrides import OperandOverrides, _operand_checks
-from components.config.pools import MIG_LAYOUT_NAME, MigLayoutValue, NodePool, _mig_layout_checks, _sharing_checks
-from components.config.upgrade import Upgrade, _upgrade_checks
+from components.config.dra import Dra
+from components.config.drivers import Driver, PoolDriver, PoolDriverPlan
+from components.config.gpudirect import GpuDirect, gds_needs_open_modules
+from components.config.hostpaths import HostPaths
+from components.config.image_lists import DriverFlavour
+from components.config.monitoring import DcgmExporter, Monitoring
+from components.config.openshift import DriverToolkit
+from components.config.overrides import OperandOverrides
+from components.config.pools import MIG_LAYOUT_NAME, MigLayoutValue, NodePool
+from components.config.upgrade import Upgrade
 from components.config.vm import SandboxWorkloads, Vgpu
+from components.kit import naming
 
 
 class StackConfig(_Model):
@@ -136,60 +137,46 @@ class StackConfig(_Model):
         return [p for p in self.node_pools if p.sharing.strategy in strategies]
 
 
-def _cross_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """Rules that span several keys; each names the key a user has to change."""
-    problems: list[tuple[str, str]] = []
-    seen_names: dict[str, int] = {}
-    seen_selectors: dict[tuple, int] = {}
-    for i, pool in enumerate(cfg.node_pools):
-        here = f"{NAMESPACE}:nodePools[{i}]"
-        if pool.name in seen_names:
-            problems.append((f"{here}.name", f"duplicate pool name {pool.name!r} (also nodePools[{seen_names[pool.name]}])"))
-        seen_names.setdefault(pool.name, i)
-        selector = tuple(sorted(pool.node_selector.items()))
-        if selector in seen_selectors:
-            problems.append(
-                (f"{here}.nodeSelector", f"same selector as nodePools[{seen_selectors[selector]}]: this pool could never match a node")
-            )
-        seen_selectors.setdefault(selector, i)
-        if not pool.node_selector and i != len(cfg.node_pools) - 1:
-            problems.append(
-                (f"{here}.nodeSelector", "an empty selector matches every GPU node, so it must be the last pool")
-            )
-        problems += _sharing_checks(cfg, pool, here)
-        problems += _pool_driver_checks(cfg, pool, here)
-    problems += _upgrade_checks(cfg)
-    problems += _gpudirect_checks(cfg)
-    problems += _host_paths_checks(cfg)
-    problems += _dra_checks(cfg)
-    problems += _monitoring_checks(cfg)
-    problems += _mig_layout_checks(cfg)
-    problems += _operand_checks(cfg)
-    if cfg.driver.mode == "precompiled" and DIGEST.fullmatch(cfg.versions.driver):
-        problems.append((f"{NAMESPACE}:versions.driver", "a digest cannot be combined with precompiled drivers"))
-    if "node_inventory" in cfg.components.model_fields_set and cfg.components.node_inventory and not cfg.components.node_labeler:
-        problems.append(
-            (
-                f"{NAMESPACE}:components.nodeInventory",
-                "the inventory compares each node with the pool the node labeller matched it to: set "
-                "components.nodeLabeler: true, or nodeInventory: false",
-            )
+def pool_flavours(
+    pool: NodePool, mode: str, own: PoolDriver, *, per_pool: bool, dtk: Optional[DriverToolkit] = None
+) -> tuple[DriverFlavour, ...]:
+    """The flavours of a pool's driver, in the order the pool writes them: one per node image with precompiled
+    drivers (each kernel needs its own build), one per OS otherwise (a managed driver compiles for the kernel it
+    finds), and on OpenShift with the Driver Toolkit one per RHCOS build of each OS (each build's DTK holds the
+    kernel headers of that build alone)."""
+    precompiled = mode == "precompiled"
+    if dtk is not None and mode == "managed":
+        return _toolkit_flavours(pool, dtk)
+    if precompiled and pool.images:
+        entries = [(image.name, image.os_tag, image) for image in pool.images]
+    else:
+        entries = [(tag, tag, next((i for i in pool.images if i.os_tag == tag), None)) for tag in pool.os_tags]
+    if not entries:
+        entries = [("", "", None)]  # only while load_config is refusing a pool without OS or node image
+    if not pool.listed:
+        entry, os_tag, image = entries[0]
+        name = naming.driver_daemonset(pool.name, own.daemon_set_name, per_pool=per_pool)
+        return (DriverFlavour(entry, os_tag, image, name, precompiled),)
+    pins = own.daemon_set_names or {}
+    return tuple(
+        DriverFlavour(
+            entry, os_tag, image,
+            pins.get(entry) or naming.image_daemonset(pool.name, os_tag, image.kernel if precompiled and image else None),
+            precompiled,
         )
-    problems += _driver_daemonset_checks(cfg)
-    problems += openshift_checks(cfg)
-    problems += _driver_extension_checks(cfg)
-    if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
-        problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
-    needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"
-    if needs_agent and cfg.node_agent.image is None:
-        problems.append(
-            (
-                f"{NAMESPACE}:nodeAgent.image",
-                "required: the node labeller and the validation gate run it; build node_images/node-agent and push it",
-            )
+        for entry, os_tag, image in entries
+    )
+
+
+def _toolkit_flavours(pool: NodePool, dtk: DriverToolkit) -> tuple[DriverFlavour, ...]:
+    """One driver DaemonSet per (pool, RHCOS build), named from both, as the operator names its DTK DaemonSets per
+    build: an OpenShift update that moves the nodes to a new build adds the new build's DaemonSet next to the old
+    one, and the node agent moves each node over when it reboots into the new build. Pinned names do not apply:
+    a build's DaemonSet lives only as long as the build."""
+    return tuple(
+        DriverFlavour(
+            os_tag, os_tag, None, naming.bounded(f"{naming.DRIVER_DAEMONSET}-{pool.name}-{build}"), False, build, image
         )
-    if cfg.validation.mode != "off" and not cfg.components.toolkit:
-        problems.append(
-            (f"{NAMESPACE}:validation.mode", "the validator cannot pass without the container toolkit; use 'off' or enable it")
-        )
-    return problems
+        for os_tag in pool.os_tags
+        for build, image in dtk.builds(os_tag).items()
+    ) or (DriverFlavour("", "", None, naming.driver_daemonset(pool.name, None, per_pool=True), False),)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import StrictBool, field_validator
 
 from components.catalogs import vgpu_catalog
-from components.config.base import NAMESPACE, _dns_label, _Model, _pinned_image, shown
-
-if TYPE_CHECKING:
-    from components.config.pools import NodePool
-    from components.config.stack import StackConfig
+from components.config.base import _dns_label, _Model, _pinned_image, shown
 
 
 class KubeVirt(_Model):
@@ -62,23 +58,3 @@ class Vgpu(_Model):
         if value not in vgpu_catalog.config_names():
             raise ValueError(f"no vGPU config named {shown(value)} in default-vgpu-devices-config (e.g. default, A10-12Q)")
         return value
-
-
-def _vgpu_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, str]]:
-    if pool.workload_type != "vm-vgpu":
-        if pool.vgpu_config is not None:
-            return [(f"{here}.vgpuConfig", f"only vm-vgpu pools split GPUs into vGPUs, not {pool.workload_type!r}; remove it")]
-        return []
-    problems: list[tuple[str, str]] = []
-    if cfg.vgpu.manager_image is None:
-        problems.append(
-            (f"{NAMESPACE}:vgpu.managerImage", "required with a vm-vgpu pool: NVIDIA publishes no vGPU manager image; build one and pin it")
-        )
-    if cfg.sandbox_workloads.mode != "kubevirt":
-        problems.append((f"{here}.workloadType", "vGPUs are served to KubeVirt VMs: set gpu-stack:sandboxWorkloads.mode: kubevirt"))
-    config = pool.vgpu_config or cfg.vgpu.default_config
-    problem = vgpu_catalog.config_problem(config, pool.gpu_model)
-    if problem:
-        key = f"{here}.vgpuConfig" if pool.vgpu_config else f"{here}.gpuModel"
-        problems.append((key, problem))
-    return problems

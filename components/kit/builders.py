@@ -42,36 +42,10 @@ from components.catalogs import consts
 from components.catalogs import operand_overrides as operand_targets
 from components.config import DaemonSets, HostPaths, OperandOverride, ServiceMonitorSettings
 from components.kit.host_paths import apply_host_paths
+from components.config.images import Images
 from components.kit.operand_overrides import apply_to_containers, operands_in_pod, pod_tolerations, pull_secrets
 
 # --- images -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Images:
-    """Fully resolved image references for the operands, after the registry override and version catalog."""
-
-    driver_repository: str
-    driver_manager: str
-    toolkit: str
-    device_plugin: str
-    gfd: str
-    validator: str
-    dcgm: str
-    dcgm_exporter: str
-    mig_manager: str
-    sandbox_device_plugin: str
-    kata_device_plugin: str
-    cc_manager: str
-    vgpu_device_manager: str
-    node_agent: Optional[str]
-    dra_driver: str
-
-
-def image_ref(registry: str, path: str, version: str) -> str:
-    # The operator's ImagePath rule: a sha256 version is a digest, anything else a tag.
-    separator = "@" if version.startswith("sha256:") else ":"
-    return f"{registry}/{path}{separator}{version}"
 
 
 # --- the per-stack settings every operand shares --------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Optional
 
 from components.config import NodePool, StackConfig
 from components.config.image_lists import DriverFlavour
+from components.config.images import os_tagged
 from components.kit.driver_extensions import digest_material
 from components.kit.naming import sanitize_kernel  # noqa: F401  (the importer's, from here)
 from node_images import catalog as node_image_catalog
@@ -92,11 +93,6 @@ class DriverTarget:
         return self.kernel is not None
 
 
-def managed_image(repository: str, version: str, os_tag: str) -> str:
-    # A digest already names one image; only tags get the OS suffix (resolveDriverTag).
-    return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
-
-
 def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
     """The driver DaemonSets of a stack, in pool order: one per DaemonSet name (see the module docstring).
     load_config guarantees that pools sharing a name share their driver."""
@@ -113,7 +109,7 @@ def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecar
             assert flavour.node_image is not None  # load_config guarantees it
             image = node_image_catalog.image_ref(flavour.node_image, plan.branch, repository)
         else:
-            image = managed_image(repository, plan.version, flavour.os_tag)
+            image = os_tagged(repository, plan.version, flavour.os_tag)
         targets.append(
             DriverTarget(
                 name,
@@ -172,5 +168,5 @@ def sidecar_images(target: DriverTarget) -> dict[str, str]:
     images = {}
     for name, repository_version in (("nvidia-fs-ctr", target.sidecars.gds), ("nvidia-gdrcopy-ctr", target.sidecars.gdrcopy)):
         if repository_version is not None:
-            images[name] = managed_image(*repository_version, target.os_tag)
+            images[name] = os_tagged(*repository_version, target.os_tag)
     return images

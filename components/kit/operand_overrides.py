@@ -1,6 +1,6 @@
 """Applying `gpu-stack:operands.<operand>` to the objects the states build: pod-level settings to the operand's
 pod template, container-level ones to its own containers (components/catalogs/operand_overrides.py says which),
-and per-operand images resolved with the operator's ImagePath rules."""
+with the images components/config/images.py resolves."""
 
 from __future__ import annotations
 
@@ -11,36 +11,6 @@ from pulumi_kubernetes.core.v1 import ContainerArgs, EnvVarArgs, ResourceRequire
 
 from components.catalogs import operand_overrides as targets
 from components.config import DaemonSets, OperandOverride
-
-
-def image_path(repository: str, image: str, version: str) -> str:
-    """The operator's ImagePath: repository/image:version, or repository/image@version for a sha256 digest."""
-    separator = "@" if version.startswith("sha256:") else ":"
-    return f"{repository}/{image}{separator}{version}"
-
-
-def catalog_parts(registry: str, path: str, version: str) -> tuple[str, str, str]:
-    """(repository, image, version) of a catalog image: `nvidia/k8s/container-toolkit` below `nvcr.io` is
-    repository nvcr.io/nvidia/k8s, image container-toolkit."""
-    directory, _, name = path.rpartition("/")
-    return (f"{registry}/{directory}" if directory else registry), name, version
-
-
-def resolve(override: Optional[OperandOverride], parts: tuple[str, str, str]) -> tuple[str, str, str]:
-    """Each part the override sets, else the part given (a full-reference image is not split: see operand_image)."""
-    if override is None or override.full_reference:
-        return parts
-    repository, name, version = parts
-    return override.repository or repository, override.image or name, override.version or version
-
-
-def operand_image(override: Optional[OperandOverride], parts: tuple[str, str, str]) -> Optional[str]:
-    """The full reference an override gives an operand whose tag is used as is; None when it sets no image."""
-    if override is None or not override.sets_image:
-        return None
-    if override.full_reference:
-        return override.image
-    return image_path(*resolve(override, parts))
 
 
 def pod_tolerations(ds: DaemonSets, override: Optional[OperandOverride]) -> list[TolerationArgs]:

@@ -99,6 +99,7 @@ from pulumi_kubernetes.core.v1 import (
 from pulumi_kubernetes.rbac.v1 import RoleRefArgs, SubjectArgs
 
 from components.catalogs import catalog
+from components.config.images import image_path
 from components.catalogs.consts import SKIP_AWAIT
 from components.config import DaemonSets
 from components.kit.builders import (
@@ -108,7 +109,6 @@ from components.kit.builders import (
     config_map_volume,
     env_from_field,
     host_path,
-    image_ref,
     kept,
     meta,
     mount,
@@ -201,7 +201,7 @@ def kernel_module_rules() -> list[dict]:
 
 def nfd_image(registry_override: Optional[str]) -> str:
     path, tag = catalog.NFD_IMAGE
-    return image_ref(registry_override or catalog.NFD_REGISTRY, path, tag)
+    return image_path(registry_override or catalog.NFD_REGISTRY, path, tag)
 
 
 class NodeFeatureDiscovery(pulumi.ComponentResource):
