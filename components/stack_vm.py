@@ -19,7 +19,7 @@ from components.states.sandbox_device_plugin import SandboxDevicePlugin
 from components.states.sandbox_validator import SandboxValidator
 from components.states.vfio_manager import VfioManager
 from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager
+from components.states.vgpu_manager import VgpuManager, vgpu_manager_flavours
 
 
 class VmStates:
@@ -37,13 +37,12 @@ class VmStates:
         if not self._cfg.pools_of("vm-vgpu"):
             return None
         assert image is not None  # load_config requires it with a vm-vgpu pool
-        openshift = self._cfg.cluster.openshift if self._cfg.cluster.platform == "openshift" else None
         return VgpuManager(
             "state-vgpu-manager",
             ops=self._ops,
             image=image,
             upgrade=self._cfg.upgrade,
-            openshift_version=openshift.version if openshift else None,
+            flavours=vgpu_manager_flavours(self._cfg),
             depends_on=after,
             opts=self._opts(),
         )

@@ -326,3 +326,37 @@ def test_a_node_on_a_build_the_imagestream_lacks_or_a_proxy_credential_is_refuse
     with pytest.raises(ImportInputError) as caught:
         _import({"driver": {"enabled": True}}, proxy=secret)
     assert "driver.secretEnv" in str(caught.value) and "Hunter2Secret" not in str(caught.value)
+
+
+# --- the vGPU manager on OpenShift -------------------------------------------------------------------------------
+
+
+def test_the_vgpu_manager_is_built_per_rhcos_build_with_the_driver_toolkit():
+    """NVIDIA's golden driver-vgpu-host-manager-openshift.yaml: the vGPU manager container prepares the sources
+    (`ocp_dtk_entrypoint nv-ctr-run-with-dtk`), the build's DTK container builds them, OPENSHIFT_VERSION set."""
+    config = stack_config(STACK)
+    config["gpu-stack:sandboxWorkloads"] = {"mode": "kubevirt", "defaultWorkload": "container"}
+    config["gpu-stack:vgpu"] = {"managerImage": "image-registry.openshift-image-registry.svc:5000/nvidia-gpu-operator/vgpu-manager:580.82.07-rhcos4.16"}
+    config["gpu-stack:nodePools"].append({
+        "name": "vgpu-a10", "nodeSelector": {"node.kubernetes.io/instance-type": "g5.12xlarge"}, "gpuModel": "A10",
+        "os": "rhcos4.16", "workloadType": "vm-vgpu", "vgpuConfig": "A10-12Q",
+    })
+    recording = render(config, stack=STACK)
+    managers = {n: o for n, o in objects(recording, "DaemonSet").items() if n.startswith("nvidia-vgpu-manager-daemonset")}
+    assert sorted(managers) == [f"nvidia-vgpu-manager-daemonset-{OLD}", f"nvidia-vgpu-manager-daemonset-{NEW}"]
+    ds = managers[f"nvidia-vgpu-manager-daemonset-{NEW}"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {facts.NFD_OSTREE_VERSION: NEW, "nvidia.com/gpu.deploy.vgpu-manager": "true"}
+    assert [c["name"] for c in spec["containers"]] == ["nvidia-driver-ctr", "openshift-driver-toolkit-ctr"]
+    manager = container(ds, "nvidia-driver-ctr")
+    assert (manager["command"], manager["args"]) == (["ocp_dtk_entrypoint"], ["nv-ctr-run-with-dtk"])
+    assert env_of(manager)["OPENSHIFT_VERSION"] == "4.16"
+    assert env_of(container(ds, "openshift-driver-toolkit-ctr"))["RHCOS_VERSION"] == NEW
+    assert ds["metadata"]["labels"][facts.DTK_RHCOS_LABEL] == NEW
+    assert {"name": "shared-nvidia-driver-toolkit", "emptyDir": {}} in spec["volumes"]
+    assert "nvidia-vgpu-manager" in objects(recording, "SecurityContextConstraints")
+    from gpustack.render import kubernetes_object
+
+    objs = [kubernetes_object(r) for r in recording.registrations if r.is_kubernetes_object]
+    assert [str(p) for p in apiserver.validate_all(objs)] == []
+    assert messages(recording, "privileged-only-where-needed") == []

@@ -400,8 +400,10 @@ def test_the_privileged_policy_needs_exactly_the_proposed_allow_list(recording, 
         assert {flag for flag in ("hostPID", "hostIPC", "hostNetwork") if spec.get(flag)} == namespaces, ds_name
         if ds_name in privileged.ALLOWANCES:
             allowance = privileged.ALLOWANCES[ds_name]
+            # the vGPU manager's entry also admits the Driver Toolkit container it runs on OpenShift
+            dtk = {"openshift-driver-toolkit-ctr"} if ds_name == VGPU_MANAGER else set()
             assert (set(allowance.privileged_containers), set(allowance.host_paths), set(allowance.host_namespaces)) == (
-                containers,
+                containers | dtk,
                 paths,
                 namespaces,
             )

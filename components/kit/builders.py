@@ -221,6 +221,14 @@ class DaemonSetParts:
         merged = {**(m.annotations or {}), **annotations}
         return DaemonSetParts(ObjectMetaArgs(name=m.name, namespace=m.namespace, labels=m.labels, annotations=merged), self.spec)
 
+    def labelled(self, labels: Mapping[str, str]) -> "DaemonSetParts":
+        """The same DaemonSet with more metadata labels (ones its pods do not carry); the pod template stays."""
+        if not labels:
+            return self
+        m = self.metadata
+        merged = {**(m.labels or {}), **labels}
+        return DaemonSetParts(ObjectMetaArgs(name=m.name, namespace=m.namespace, labels=merged, annotations=m.annotations), self.spec)
+
 
 def operand_daemonset(name: str, ops: Operands, *, opts: pulumi.ResourceOptions, **settings: Any) -> k8s.apps.v1.DaemonSet:
     """An operand DaemonSet with the operator's common transforms applied (`operand_daemonset_parts` takes

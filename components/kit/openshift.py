@@ -20,7 +20,7 @@ from pulumi_kubernetes.core.v1 import (
 
 from components.catalogs import openshift as facts
 from components.kit.builders import PRIVILEGED_S0, env, meta, mount
-from components.kit.driver_targets import DriverTarget, OpenShiftDriver
+from components.kit.driver_targets import OpenShiftDriver, Sidecars
 
 
 def trusted_ca_configmap(namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
@@ -76,14 +76,13 @@ AWAIT_PREPARED = (
 )
 
 
-def toolkit_container(target: DriverTarget, digest: str) -> Optional[ContainerArgs]:
+def toolkit_container(openshift: Optional[OpenShiftDriver], digest: str, sidecars: Sidecars = Sidecars()) -> Optional[ContainerArgs]:
     """The Driver Toolkit sidecar: the cluster's DTK image for the DaemonSet's RHCOS build (its kernel headers and
-    toolchain) builds the driver, and the GPUDirect modules the stack enables, in the shared directory."""
-    openshift = target.openshift
+    toolchain) builds the driver (or the vGPU manager), and the GPUDirect modules the stack enables, in the shared
+    directory."""
     if openshift is None or not openshift.toolkit:
         return None
     assert openshift.rhcos is not None and openshift.dtk_image is not None
-    sidecars = target.sidecars
     return ContainerArgs(
         name=facts.DTK_CONTAINER,
         image=openshift.dtk_image,

@@ -57,7 +57,7 @@ from pulumi_kubernetes.core.v1 import (
     VolumeArgs,
 )
 from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs
-from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs, ObjectMetaArgs
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components.catalogs import consts
 from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_OSTREE_VERSION
@@ -228,7 +228,7 @@ def driver_daemonset_parts(
         *openshift.driver_env(target.openshift),
     ]
     # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
-    dtk = openshift.toolkit_container(target, digest)
+    dtk = openshift.toolkit_container(target.openshift, digest, target.sidecars)
     manager = ContainerArgs(
         name="k8s-driver-manager",
         image=ops.images.driver_manager,
@@ -389,11 +389,8 @@ def driver_daemonset_parts(
             *openshift.driver_volumes(target.openshift),
         ],
     )
-    if not daemonset_labels:
-        return parts
     # The RHCOS build labels the DaemonSet only, as the operator's: its pods are told apart by the node selector.
-    m = parts.metadata
-    return DaemonSetParts(ObjectMetaArgs(name=m.name, namespace=m.namespace, labels={**m.labels, **daemonset_labels}, annotations=m.annotations), parts.spec)
+    return parts.labelled(daemonset_labels)
 
 
 def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:

@@ -20,12 +20,14 @@ startup probe or preStop hook (nothing writes .driver-ctr-ready on a vGPU host).
 
 NVIDIA publishes no vGPU manager image (the software is licensed), so the stack takes the complete reference of
 the one the user built, `-<osTag>` suffix included. No licence reaches this pod: VMs on vm-vgpu nodes are licensed
-by the guest driver inside each VM. On OpenShift the pod gets OPENSHIFT_VERSION; the Driver Toolkit sidecar is not
-rendered here (a vGPU manager image is built for the node's kernel by the user, see docs/differences.md).
+by the guest driver inside each VM. On OpenShift the pod gets OPENSHIFT_VERSION and the proxy; with the Driver
+Toolkit there is one DaemonSet per RHCOS build of the vm-vgpu pools' OSes (`vgpu_manager_flavours`), each built by
+that build's DTK container as NVIDIA's golden driver-vgpu-host-manager-openshift.yaml shows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Optional, Sequence
@@ -36,6 +38,7 @@ from pulumi_kubernetes.core.v1 import AffinityArgs, ContainerArgs, PodAffinityTe
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components.catalogs import consts
+from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_OSTREE_VERSION
 from components.kit.builders import (
     NODE_NAME_ENV,
     OPERATOR_NAMESPACE_ENV,
@@ -48,9 +51,13 @@ from components.kit.builders import (
     env_from_field,
     host_path,
     mount,
-    operand_daemonset,
+    operand_daemonset_parts,
+    register_daemonset,
 )
-from components.config import Upgrade
+from components.config import StackConfig, Upgrade
+from components.kit import naming
+from components.kit.driver_targets import OpenShiftDriver
+from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
 from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager_env
 from components.states.driver import NAME as DRIVER_COMPONENT
@@ -81,9 +88,13 @@ VOLUMES = (
 )
 
 
-def config_digest(image: str) -> str:
-    """DRIVER_CONFIG_DIGEST: lets k8s-driver-manager keep a loaded vGPU manager whose image did not change."""
-    return hashlib.sha256(json.dumps({"image": image, "driverType": COMPONENT}, sort_keys=True).encode()).hexdigest()[:16]
+def config_digest(image: str, openshift: Optional[OpenShiftDriver] = None) -> str:
+    """DRIVER_CONFIG_DIGEST: lets k8s-driver-manager keep a loaded vGPU manager whose image (and, on OpenShift, DTK
+    build) did not change."""
+    material: dict = {"image": image, "driverType": COMPONENT}
+    if openshift is not None:
+        material["openshift"] = dataclasses.asdict(openshift)
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def driver_manager(image: str, upgrade: Upgrade, digest: str) -> ContainerArgs:
@@ -109,19 +120,21 @@ def driver_manager(image: str, upgrade: Upgrade, digest: str) -> ContainerArgs:
     )
 
 
-def vgpu_manager(image: str, digest: str, openshift_version: Optional[str] = None) -> ContainerArgs:
+def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] = None) -> ContainerArgs:
+    dtk = openshift is not None and openshift.toolkit
     return ContainerArgs(
         name=CONTAINER,
         image=image,
         image_pull_policy="IfNotPresent",
-        command=["nvidia-driver"],
-        args=["init"],
+        # With the Driver Toolkit the container prepares the sources and the DTK container builds them.
+        command=[DTK_ENTRYPOINT] if dtk else ["nvidia-driver"],
+        args=[DTK_DRIVER_VERB] if dtk else ["init"],
         env=[
             env("NVIDIA_VISIBLE_DEVICES", "void"),
             NODE_NAME_ENV,
             env_from_field("NODE_IP", "status.hostIP"),
             env("DRIVER_CONFIG_DIGEST", digest),
-            *([env("OPENSHIFT_VERSION", openshift_version)] if openshift_version else []),
+            *driver_env(openshift),
         ],
         security_context=PRIVILEGED_S0,
         volume_mounts=[
@@ -138,6 +151,7 @@ def vgpu_manager(image: str, digest: str, openshift_version: Optional[str] = Non
             mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
             mount("host-sys-devices-system", "/sys/devices/system"),
             mount("nv-firmware", "/lib/firmware"),
+            *driver_mounts(openshift),
         ],
     )
 
@@ -160,8 +174,37 @@ ONE_DRIVER_PER_NODE = AffinityArgs(
 )
 
 
+def vgpu_manager_flavours(cfg: StackConfig) -> list[Optional[OpenShiftDriver]]:
+    """None off OpenShift; on OpenShift one flavour, or with the Driver Toolkit one per RHCOS build of the OSes the
+    vm-vgpu pools run, as the operator renders one vGPU manager DaemonSet per build."""
+    openshift = cfg.cluster.openshift
+    if cfg.cluster.platform != "openshift" or openshift is None:
+        return [None]
+    proxy = openshift.proxy
+    proxy_env, trusted_ca = (proxy.env, proxy.trusted_ca) if proxy is not None else ((), False)
+    dtk = cfg.driver_toolkit
+    builds = {
+        build: image
+        for pool in cfg.pools_of("vm-vgpu")
+        for tag in pool.os_tags
+        for build, image in (dtk.builds(tag).items() if dtk is not None else ())
+    }
+    if not builds:
+        return [OpenShiftDriver(openshift.version, proxy_env, trusted_ca)]
+    return [OpenShiftDriver(openshift.version, proxy_env, trusted_ca, build, image) for build, image in builds.items()]
+
+
+def daemonset_name(openshift: Optional[OpenShiftDriver]) -> str:
+    """One DaemonSet, or on OpenShift with the Driver Toolkit one per RHCOS build (each DTK builds for its kernel):
+    named from the build, as the driver's."""
+    return naming.bounded(f"{DAEMONSET}-{openshift.rhcos}") if openshift is not None and openshift.toolkit else DAEMONSET
+
+
 class VgpuManager(pulumi.ComponentResource):
-    daemonset: k8s.apps.v1.DaemonSet
+    """`state-vgpu-manager`: RBAC and the vGPU manager DaemonSet, or one per RHCOS build (`flavours`, one
+    OpenShiftDriver each; none off OpenShift)."""
+
+    daemonsets: dict[str, k8s.apps.v1.DaemonSet]
 
     def __init__(
         self,
@@ -170,28 +213,34 @@ class VgpuManager(pulumi.ComponentResource):
         ops: Operands,
         image: str,
         upgrade: Upgrade,
-        openshift_version: Optional[str] = None,
+        flavours: Sequence[Optional[OpenShiftDriver]] = (None,),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
-        digest = config_digest(image)
-        self.daemonset = operand_daemonset(
-            DAEMONSET,
-            ops,
-            deploy_component=DEPLOY_COMPONENT,
-            service_account=NAME,
-            labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false"},
-            template_annotations={"kubectl.kubernetes.io/default-container": CONTAINER},
-            host_pid=True,
-            affinity=ONE_DRIVER_PER_NODE,
-            update_strategy=UPDATE_STRATEGY,
-            init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
-            containers=[vgpu_manager(image, digest, openshift_version)],
-            volumes=list(VOLUMES),
-            termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
-            opts=also_after(child, *rbac.resources),
-        )
-        self.register_outputs({"daemonset": DAEMONSET, "image": image})
+        self.daemonsets = {}
+        for openshift in flavours:
+            digest = config_digest(image, openshift)
+            daemonset = daemonset_name(openshift)
+            dtk = toolkit_container(openshift, digest)
+            daemonset_labels, pod_labels = toolkit_labels(openshift)
+            parts = operand_daemonset_parts(
+                daemonset,
+                ops,
+                deploy_component=DEPLOY_COMPONENT,
+                service_account=NAME,
+                labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false", **pod_labels},
+                template_annotations={"kubectl.kubernetes.io/default-container": CONTAINER},
+                extra_node_selector={NFD_OSTREE_VERSION: openshift.rhcos} if dtk is not None and openshift else None,
+                host_pid=True,
+                affinity=ONE_DRIVER_PER_NODE,
+                update_strategy=UPDATE_STRATEGY,
+                init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
+                containers=[vgpu_manager(image, digest, openshift), *([dtk] if dtk else [])],
+                volumes=[*VOLUMES, *driver_volumes(openshift)],
+                termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
+            )
+            self.daemonsets[daemonset] = register_daemonset(daemonset, parts.labelled(daemonset_labels), also_after(child, *rbac.resources))
+        self.register_outputs({"daemonsets": list(self.daemonsets), "image": image})

@@ -64,6 +64,18 @@ DRIVER = _allow(
     {"hostPID", "hostNetwork"},
 )
 
+# the NVIDIADriver form (manifests/state-driver, driverType vgpu-host-manager): the driver's paths plus cgroup and
+# vfio, hostPID only; the Driver Toolkit container on OpenShift
+VGPU_MANAGER = _allow(
+    {"k8s-driver-manager", "nvidia-driver-ctr", "openshift-driver-toolkit-ctr"},
+    {
+        "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/mellanox/drivers", "/run/mellanox/drivers/usr/src",
+        "/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/run/nvidia/driver/lib/firmware",
+        "/sys", "/sys/devices/system", "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
+    },
+    {"hostPID"},
+)
+
 # Workload name (glob) -> allowance. Driver DaemonSets are one per kernel or wave in precompiled and multi-wave
 # stacks, all named after `nvidia-driver-daemonset`.
 ALLOWANCES: dict[str, Allowance] = {
@@ -160,18 +172,10 @@ ALLOWANCES: dict[str, Allowance] = {
         {"/run/nvidia/validations", "/var/lib/kubelet/device-plugins", "/var/run/cdi"},
     ),
     "nvidia-cc-manager": _allow({"nvidia-cc-manager"}, {"/run/nvidia", "/sys"}),
-    # vGPU nodes (assets/state-vgpu-manager, state-vgpu-device-manager)
-    # the NVIDIADriver form (manifests/state-driver, driverType vgpu-host-manager): the driver's paths plus cgroup
-    # and vfio, hostPID only
-    "nvidia-vgpu-manager-daemonset": _allow(
-        {"k8s-driver-manager", "nvidia-driver-ctr"},
-        {
-            "/", "/dev/log", "/dev/vfio", "/etc/os-release", "/run/mellanox/drivers", "/run/mellanox/drivers/usr/src",
-            "/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/run/nvidia/driver/lib/firmware",
-            "/sys", "/sys/devices/system", "/sys/fs/cgroup", "/sys/module/firmware_class/parameters/path", "/var/log",
-        },
-        {"hostPID"},
-    ),
+    # vGPU nodes (the vGPU manager in NVIDIADriver's form, assets/state-vgpu-device-manager)
+    "nvidia-vgpu-manager-daemonset": VGPU_MANAGER,
+    # one per RHCOS build on OpenShift with the Driver Toolkit
+    "nvidia-vgpu-manager-daemonset-*": VGPU_MANAGER,
     "nvidia-vgpu-device-manager": _allow(
         {"vgpu-manager-validation", "nvidia-vgpu-device-manager"},
         {"/", "/run/nvidia/driver", "/run/nvidia/validations", "/sys"},

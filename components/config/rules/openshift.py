@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from components.config.base import NAMESPACE
+from components.config.openshift import DriverToolkit
+from components.config.pools import NodePool
 from components.config.stack import StackConfig
 
 
@@ -21,10 +23,13 @@ def openshift_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         return problems
     dtk = cluster.openshift.driver_toolkit
     for i, pool in enumerate(cfg.node_pools):
-        if pool.workload_type != "container":
+        if not dtk.enabled:
+            break
+        if pool.workload_type == "vm-vgpu":
+            # The vGPU manager is built per RHCOS build too, when its pools name their OS.
+            problems += _missing_builds(dtk, pool, here)
             continue
-        plan = cfg.pool_driver(pool)
-        if plan.mode != "managed" or not dtk.enabled:
+        if pool.workload_type != "container" or cfg.pool_driver(pool).mode != "managed":
             continue
         pinned = sorted(k for k in ("daemon_set_name", "daemon_set_names") if getattr(pool.driver, k) is not None)
         if pinned:
@@ -36,14 +41,19 @@ def openshift_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                     "(nvidia-driver-daemonset-<pool>-<build>), and lives as long as the build; remove it",
                 )
             )
-        missing = [tag for tag in pool.os_tags if not dtk.builds(tag)]
-        if missing:
-            problems.append(
-                (
-                    f"{here}.openshift.driverToolkit.images",
-                    f"pool {pool.name!r} runs {', '.join(missing)}, for which no RHCOS build has a DTK image; list the "
-                    "builds its nodes run (NFD's system-os_release.OSTREE_VERSION) with their images from "
-                    "`oc get imagestream driver-toolkit -n openshift`, or set driverToolkit.enabled: false",
-                )
-            )
+        problems += _missing_builds(dtk, pool, here)
     return problems
+
+
+def _missing_builds(dtk: DriverToolkit, pool: NodePool, here: str) -> list[tuple[str, str]]:
+    missing = [tag for tag in pool.os_tags if not dtk.builds(tag)]
+    if not missing:
+        return []
+    return [
+        (
+            f"{here}.openshift.driverToolkit.images",
+            f"pool {pool.name!r} runs {', '.join(missing)}, for which no RHCOS build has a DTK image; list the "
+            "builds its nodes run (NFD's system-os_release.OSTREE_VERSION) with their images from "
+            "`oc get imagestream driver-toolkit -n openshift`, or set driverToolkit.enabled: false",
+        )
+    ]
