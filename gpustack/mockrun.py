@@ -18,6 +18,7 @@ from typing import Any, Collection, Optional
 import pulumi
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import resource_cycle_breaker
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
@@ -29,6 +30,27 @@ ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 _UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+def _reachable(from_resource: Any, to_resource: Any) -> bool:
+    """The SDK's cycle check (`resource_cycle_breaker._reachable`: is `to_resource` among `from_resource`'s transitive
+    dependencies?), walked with a stack instead of nested generators. Same answer for every graph; the SDK's
+    recursion was a third of each render here (a ~500-object stack declares ~1,300 dependencies, each walking the
+    graph again)."""
+    seen: set = set()
+    pending = [from_resource]
+    while pending:
+        current = pending.pop()
+        if current == to_resource:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        pending.extend(resource_cycle_breaker._deps(current))
+    return False
+
+
+resource_cycle_breaker._reachable = _reachable
 
 
 @dataclass

@@ -5,6 +5,8 @@ without waves has no wave to rename)."""
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -16,7 +18,20 @@ P, U = "gpu-stack:nodePools", "gpu-stack:upgrade"
 
 
 def loaded(config: Config) -> StackConfig:
-    return load_config(bag(config))
+    """The validated config (models are frozen, so one per distinct config serves every caller)."""
+    outcome = _load(json.dumps(config, sort_keys=True))
+    if isinstance(outcome, ConfigError):
+        raise outcome
+    return outcome
+
+
+@functools.lru_cache(maxsize=None)
+def _load(config_json: str):
+    # Collection asks every edit of every stack whether it applies: each distinct config loads once.
+    try:
+        return load_config(bag(json.loads(config_json)))
+    except ConfigError as refused:
+        return refused
 
 
 def valid(config: Config) -> Optional[Config]:

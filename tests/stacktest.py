@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
+import os
+import pickle
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -20,12 +24,19 @@ STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks"
 
 
 def stack_document(stack: str) -> dict[str, Any]:
+    """The stack file as data, a copy of its own (parsed once per process: collection alone reads them hundreds of
+    times)."""
+    return copy.deepcopy(_parsed(stack))
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(stack: str) -> dict[str, Any]:
     return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
 
 
 def stack_config(stack: str) -> dict[str, Any]:
     """The stack's `gpu-stack:` settings as plain data, to be modified by a test and turned into a bag."""
-    return copy.deepcopy(stack_document(stack)["config"])
+    return copy.deepcopy(_parsed(stack)["config"])
 
 
 def bag(config: dict[str, Any]) -> dict[str, str]:
@@ -59,10 +70,37 @@ _cache: dict[tuple[str, str, bool], Recording] = {}
 
 
 def render(config: dict[str, Any], *, stack: str = "test", preview: bool = False) -> Recording:
+    """The program's render of a stack config, once per run: kept in this process and, for the other test worker,
+    in the run's render folder (tests/conftest.py). Callers never edit a render in place (policytest.edited)."""
     key = (stack, json.dumps(config, sort_keys=True), preview)
     if key not in _cache:
-        _cache[key] = run_program(stack, bag(config), preview=preview)
+        _cache[key] = _shared(key, lambda: run_program(stack, bag(config), preview=preview))
     return _cache[key]
+
+
+def cached_run_program(stack: str, bag_: dict[str, str], **options: Any) -> Recording:
+    """`run_program` for the CLI under test (`gpustack diff` renders stack files through it), through the same
+    per-run cache: the tests diff the same shipped stacks again and again."""
+    key = (stack, json.dumps({"bag": bag_, "options": {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in options.items()}},
+                             sort_keys=True, default=str), False)
+    if key not in _cache:
+        _cache[key] = _shared(key, lambda: run_program(stack, bag_, **options))
+    return _cache[key]
+
+
+def _shared(key: tuple[str, str, bool], run: Callable[[], Recording]) -> Recording:
+    folder = os.environ.get("GPUSTACK_TEST_RENDER_CACHE")
+    if not folder:
+        return run()
+    path = Path(folder) / f"{hashlib.sha256(repr(key).encode()).hexdigest()}.pickle"
+    if path.exists():
+        return pickle.loads(path.read_bytes())
+    recording = run()
+    # Written whole under a temporary name, then renamed: the other worker reads a complete file or none.
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_bytes(pickle.dumps(recording))
+    os.replace(partial, path)
+    return recording
 
 
 def render_stack(stack: str, *, preview: bool = False) -> Recording:
