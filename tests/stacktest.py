@@ -66,33 +66,30 @@ def setter(*path: Any, value: Any):
     return change
 
 
-_cache: dict[tuple[str, str, bool], Recording] = {}
+_cache: dict[str, Recording] = {}
 
 
 def render(config: dict[str, Any], *, stack: str = "test", preview: bool = False) -> Recording:
     """The program's render of a stack config, once per run: kept in this process and, for the other test worker,
     in the run's render folder (tests/conftest.py). Callers never edit a render in place (policytest.edited)."""
-    key = (stack, json.dumps(config, sort_keys=True), preview)
-    if key not in _cache:
-        _cache[key] = _shared(key, lambda: run_program(stack, bag(config), preview=preview))
-    return _cache[key]
+    return cached_run_program(stack, bag(config), preview=preview)
 
 
 def cached_run_program(stack: str, bag_: dict[str, str], **options: Any) -> Recording:
-    """`run_program` for the CLI under test (`gpustack diff` renders stack files through it), through the same
-    per-run cache: the tests diff the same shipped stacks again and again."""
-    key = (stack, json.dumps({"bag": bag_, "options": {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in options.items()}},
-                             sort_keys=True, default=str), False)
+    """`run_program` through the run's cache; `gpustack diff` under test renders stack files through it too
+    (tests/conftest.py), so a stack file and the same config given to `render` share one render."""
+    given = {k: sorted(v) if isinstance(v, (set, frozenset, list, tuple)) else v for k, v in options.items() if v}
+    key = json.dumps({"stack": stack, "bag": bag_, "options": given}, sort_keys=True, default=str)
     if key not in _cache:
         _cache[key] = _shared(key, lambda: run_program(stack, bag_, **options))
     return _cache[key]
 
 
-def _shared(key: tuple[str, str, bool], run: Callable[[], Recording]) -> Recording:
+def _shared(key: str, run: Callable[[], Recording]) -> Recording:
     folder = os.environ.get("GPUSTACK_TEST_RENDER_CACHE")
     if not folder:
         return run()
-    path = Path(folder) / f"{hashlib.sha256(repr(key).encode()).hexdigest()}.pickle"
+    path = Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.pickle"
     if path.exists():
         return pickle.loads(path.read_bytes())
     recording = run()
