@@ -146,6 +146,32 @@ def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
     )
 
 
+def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequence = ()) -> ContainerArgs:
+    """k8s-driver-manager in front of a host driver (the driver's, the vGPU manager's): it evicts the node's GPU
+    pods as the upgrade policy says and unloads any NVIDIA driver before the new one loads."""
+    return ContainerArgs(
+        name="k8s-driver-manager",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        command=["driver-manager"],
+        args=["uninstall_driver"],
+        env=[
+            NODE_NAME_ENV,
+            *(env(k, v) for k, v in driver_manager_env(upgrade)),
+            OPERATOR_NAMESPACE_ENV,
+            *gpudirect,
+            env("DRIVER_CONFIG_DIGEST", digest),
+        ],
+        security_context=PRIVILEGED,
+        volume_mounts=[
+            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-sys", "/sys"),
+            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+        ],
+    )
+
+
 # OnDelete for `rolling` too: the node agent replaces each node's pod within the fleet budget, which a DaemonSet's own
 # maxUnavailable (one budget per DaemonSet, blind to the others and to the agents' other disruptions) cannot bound.
 UPDATE_STRATEGY = DaemonSetUpdateStrategyArgs(type="OnDelete")
@@ -229,27 +255,7 @@ def driver_daemonset_parts(
     ]
     # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
     dtk = openshift.toolkit_container(target.openshift, digest, target.sidecars)
-    manager = ContainerArgs(
-        name="k8s-driver-manager",
-        image=ops.images.driver_manager,
-        image_pull_policy="IfNotPresent",
-        command=["driver-manager"],
-        args=["uninstall_driver"],
-        env=[
-            NODE_NAME_ENV,
-            *(env(k, v) for k, v in driver_manager_env(upgrade)),
-            OPERATOR_NAMESPACE_ENV,
-            *gpudirect_env(target.sidecars, driver_container=False),
-            env("DRIVER_CONFIG_DIGEST", digest),
-        ],
-        security_context=PRIVILEGED,
-        volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-sys", "/sys"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-        ],
-    )
+    manager = driver_manager(ops.images.driver_manager, upgrade, digest, gpudirect_env(target.sidecars, driver_container=False))
     startup = ProbeArgs(
         exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
         # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)

@@ -41,8 +41,6 @@ from components.catalogs import consts
 from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_OSTREE_VERSION
 from components.kit.builders import (
     NODE_NAME_ENV,
-    OPERATOR_NAMESPACE_ENV,
-    PRIVILEGED,
     PRIVILEGED_S0,
     Operands,
     also_after,
@@ -59,7 +57,7 @@ from components.kit import naming
 from components.kit.driver_targets import OpenShiftDriver
 from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
-from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager_env
+from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager
 from components.states.driver import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
@@ -95,29 +93,6 @@ def config_digest(image: str, openshift: Optional[OpenShiftDriver] = None) -> st
     if openshift is not None:
         material["openshift"] = dataclasses.asdict(openshift)
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def driver_manager(image: str, upgrade: Upgrade, digest: str) -> ContainerArgs:
-    return ContainerArgs(
-        name="k8s-driver-manager",
-        image=image,
-        image_pull_policy="IfNotPresent",
-        command=["driver-manager"],
-        args=["uninstall_driver"],
-        env=[
-            NODE_NAME_ENV,
-            *(env(k, v) for k, v in driver_manager_env(upgrade)),
-            OPERATOR_NAMESPACE_ENV,
-            env("DRIVER_CONFIG_DIGEST", digest),
-        ],
-        security_context=PRIVILEGED,
-        volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-sys", "/sys"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-        ],
-    )
 
 
 def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] = None) -> ContainerArgs:
