@@ -326,6 +326,12 @@ def test_a_node_on_a_build_the_imagestream_lacks_or_a_proxy_credential_is_refuse
     with pytest.raises(ImportInputError) as caught:
         _import({"driver": {"enabled": True}}, proxy=secret)
     assert "driver.secretEnv" in str(caught.value) and "Hunter2Secret" not in str(caught.value)
+    broken = copy.deepcopy(PROXY)
+    broken["spec"]["httpProxy"] = "http://[proxy.corp.example"
+    with pytest.raises(ImportInputError, match="spec.httpProxy is not a URL"):
+        _import({"driver": {"enabled": True}}, proxy=broken)
+    with pytest.raises(ImportInputError, match="expected the cluster Proxy"):
+        _import({"driver": {"enabled": True}}, proxy={"kind": "ConfigMap"})
 
 
 # --- the vGPU manager on OpenShift -------------------------------------------------------------------------------

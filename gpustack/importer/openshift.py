@@ -48,7 +48,10 @@ def proxy_settings(document: Any, where: str) -> Optional[dict[str, Any]]:
     for key in ("httpProxy", "httpsProxy"):
         value = spec.get(key)
         if isinstance(value, str) and value:
-            parts = urlsplit(value)
+            try:
+                parts = urlsplit(value)
+            except ValueError:
+                raise ImportInputError(f"{where}: spec.{key} is not a URL") from None
             if parts.username is not None or parts.password is not None:
                 # never echoed: it holds a credential
                 raise ImportInputError(
