@@ -1,4 +1,4 @@
-"""`python -m gpustack render|check --stack NAME|PATH`: the stack without a cluster, for reviewers and CI.
+"""`python -m gpustack render|check|graph --stack NAME|PATH`: the stack without a cluster, for reviewers and CI.
 
 Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation, or a
 rule of the API server's own validation);
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, docs, importer, inventory, mig_hardware, packfacts, render, schema, stack_schema
+from gpustack import apiserver, diff, docs, graph, importer, inventory, mig_hardware, packfacts, render, schema, stack_schema
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.importer import ImportInputError
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
@@ -87,6 +87,18 @@ def cmd_render(args: argparse.Namespace) -> int:
     print(f"{recording.stack}: {objects} Kubernetes objects, {len(recording.registrations)} resources -> {out}/")
     _print_violations(violations)
     return EXIT_VIOLATION if has_mandatory(violations) else EXIT_OK
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    name, bag, _ = load_stack(args.stack)
+    recording = run_program(name, bag, secret_keys=stack_file_secret_keys(read_stack(args.stack)[1]))
+    text = graph.mermaid(recording)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"{name}: wrote {args.out}")
+    else:
+        print(text, end="")
+    return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -189,6 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     facts_parser = sub.add_parser("pack-facts", help="refresh the policy pack's copies of the fact modules (policies/.../facts)")
     facts_parser.add_argument("--check", action="store_true", help="only report stale copies (exit 1), write nothing")
     facts_parser.set_defaults(run=cmd_pack_facts)
+    graph.add_parser(sub, cmd_graph)
     docs.add_parser(sub)
     stack_schema.add_parser(sub)
     args = parser.parse_args(argv)

@@ -360,7 +360,13 @@ def write_policy_page(path: Path = POLICY_PAGE) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    pages = ((PAGE, stale, write), (POLICY_PAGE, policy_page_stale, write_policy_page))
+    from gpustack import graph
+
+    pages = (
+        (PAGE, stale, write),
+        (POLICY_PAGE, policy_page_stale, write_policy_page),
+        (graph.CONCEPTS_PAGE, graph.concepts_stale, graph.write_concepts),
+    )
     status = 0
     for page, is_stale, rewrite in pages:
         shown = page.relative_to(PROJECT_DIR) if page.is_relative_to(PROJECT_DIR) else page
@@ -374,6 +380,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models and the policy enforcement table in docs/policies.md")
+    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models, the policy enforcement table in docs/policies.md and the state graph in docs/concepts.md")
     parser.add_argument("--check", action="store_true", help="only report a stale page (exit 1), write nothing")
     parser.set_defaults(run=run)
