@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from gpustack import changes
+from gpustack import changes, diff_report
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
 from node_images.inputfiles import load_stack_file
 
@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow", action="append", default=[], choices=DANGER_RULES, metavar="RULE",
                         help=f"accept a dangerous change of this kind (repeatable): {', '.join(DANGER_RULES)}")
     parser.add_argument("--urns", action="store_true", help="print each resource's URN next to its object")
+    parser.add_argument("--format", default="text", metavar="|".join(FORMATS),
+                        help="text (default), markdown (a pull-request comment body) or json (docs/diff.schema.json)")
+
+
+FORMATS = ("text", "markdown", "json")
 
 
 def _render_file(stack: str, path: Path) -> Recording:
@@ -104,6 +109,8 @@ def _shown(path: Path) -> str:
 
 
 def run(args: argparse.Namespace, resolve_stack: Callable[[str], tuple[str, Path]], out: Callable[[str], None] = print) -> int:
+    if args.format not in FORMATS:
+        raise DiffInputError(f"diff: unknown --format {args.format[:40]!r}; allowed: {', '.join(FORMATS)}")
     name, path = resolve_stack(args.stack)
     base_path = Path(args.base)
     note = ""
@@ -117,6 +124,10 @@ def run(args: argparse.Namespace, resolve_stack: Callable[[str], tuple[str, Path
         note = "" if found is not None else f" (stack {name} does not exist at {args.base}: everything is created)"
     after = _render_file(name, path)
     plan = changes.plan(base, after)
+    if args.format != "text":
+        data = diff_report.report(name, what, _shown(path), plan, base, after, args.allow)
+        out(json.dumps(data, indent=2) if args.format == "json" else diff_report.markdown(data, after).rstrip("\n"))
+        return data["exitCode"]
     counts = ", ".join(f"{n} {action}" for action, n in changes.summary(plan).items() if n) or "no changes"
     out(f"diff {name}: {what} -> {_shown(path)}{note}: {counts}")
     for line in changes.render_plan(plan, verbose=args.urns):

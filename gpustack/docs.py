@@ -338,6 +338,8 @@ def write(path: Path = PAGE) -> bool:
 
 
 POLICY_PAGE = PROJECT_DIR / "docs" / "policies.md"
+# What `gpustack diff --format json` writes (gpustack/diff_report.py SCHEMA).
+DIFF_SCHEMA = PROJECT_DIR / "docs" / "diff.schema.json"
 
 
 def policy_page_stale(path: Path = POLICY_PAGE) -> bool:
@@ -360,12 +362,14 @@ def write_policy_page(path: Path = POLICY_PAGE) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpustack import graph
+    from gpustack import diff_report, graph
 
     pages = (
         (PAGE, stale, write),
         (POLICY_PAGE, policy_page_stale, write_policy_page),
         (graph.CONCEPTS_PAGE, graph.concepts_stale, graph.write_concepts),
+        (DIFF_SCHEMA, lambda path: generated.stale(path, diff_report.schema_text()),
+         lambda path: generated.write(path, diff_report.schema_text())),
     )
     status = 0
     for page, is_stale, rewrite in pages:

@@ -32,7 +32,7 @@ def _label(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
-def _pools(daemonset: Registration) -> list[str]:
+def pools_of(daemonset: Registration) -> list[str]:
     terms = (((daemonset.inputs.get("spec") or {}).get("template") or {}).get("spec") or {})
     affinity = ((terms.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     for term in affinity.get("nodeSelectorTerms") or []:
@@ -112,7 +112,7 @@ def mermaid(recording: Recording, changed: Iterable[str] = ()) -> str:
         lines.append(f'  subgraph {sid}["{_label(state.name)}"]')
         for member in members[state.name]:
             name = (member.inputs.get("metadata") or {}).get("name") or member.name
-            pools = _pools(member) if member.inputs.get("kind") == "DaemonSet" else []
+            pools = pools_of(member) if member.inputs.get("kind") == "DaemonSet" else []
             text = f"{name}<br/>pools: {', '.join(pools)}" if pools else name
             lines.append(f'    {ids[member.urn]}["{_label(text)}"]')
         lines.append("  end")

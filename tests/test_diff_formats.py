@@ -1,0 +1,102 @@
+"""`gpustack diff --format markdown|json`: the same plan as the text format, for a pull-request comment and for
+tools. The JSON report holds to docs/diff.schema.json (generated, kept fresh); exit codes are the text format's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+import gpustack.__main__ as cli
+from gpustack import diff_report
+from stacktest import ROOT, per_stack, stack_config, stack_document
+
+
+def stack_files(tmp_path: Path, stack: str, before: dict[str, Any], after: dict[str, Any]) -> tuple[Path, Path]:
+    paths = []
+    for side, config in (("base", before), ("head", after)):
+        document = stack_document(stack)
+        document["config"] = config
+        folder = tmp_path / side
+        folder.mkdir(exist_ok=True)
+        path = folder / f"Pulumi.{stack}.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def run(capsys, base: Path, head: Path, fmt: str, *extra: str) -> tuple[int, str, str]:
+    code = cli.main(["diff", "--stack", str(head), "--base", str(base), "--format", fmt, *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def bumped(stack: str) -> dict[str, Any]:
+    config = stack_config(stack)
+    config.setdefault("gpu-stack:versions", {})["driver"] = "580.105.08"
+    return config
+
+
+def test_the_schema_file_is_fresh_and_a_valid_schema():
+    assert json.loads((ROOT / "docs" / "diff.schema.json").read_text()) == diff_report.SCHEMA
+    jsonschema.Draft202012Validator.check_schema(diff_report.SCHEMA)
+
+
+@pytest.mark.parametrize("stack", per_stack())
+def test_every_stack_reports_a_json_plan_the_schema_accepts(stack, tmp_path, capsys):
+    base, head = stack_files(tmp_path, stack, stack_config(stack), bumped(stack))
+    code, out, _ = run(capsys, base, head, "json")
+    data = json.loads(out)
+    jsonschema.validate(data, diff_report.SCHEMA)
+    assert code == data["exitCode"] and data["schemaVersion"] == "gpustack.diff/v1"
+
+
+def test_a_driver_bump_lists_the_driver_pods_it_restarts_wave_by_wave(tmp_path, capsys):
+    base, head = stack_files(tmp_path, "prod-managed", stack_config("prod-managed"), bumped("prod-managed"))
+    code, out, _ = run(capsys, base, head, "json")
+    data = json.loads(out)
+    assert code == 0 and data["verdict"] == "safe"
+    assert [(r["daemonSet"], r["pools"], r["wave"]) for r in data["driverRollout"]] == [
+        ("nvidia-driver-daemonset-canary", ["inference-l4"], 1),
+        ("nvidia-driver-daemonset-training", ["training-a100"], 2),
+    ]
+    driver = next(c for c in data["changes"] if c["name"] == "nvidia-driver-daemonset-canary")
+    assert driver["state"] == "state-driver" and driver["action"] == "update" and "spec.template" in driver["fields"]
+
+    code, out, _ = run(capsys, base, head, "markdown")
+    assert code == 0
+    lines = out.splitlines()
+    # a CI job finds its own comment by the first line, and the verdict comes right after it
+    assert lines[0] == "<!-- gpustack-diff:prod-managed -->" and lines[1] == "### ✅ `prod-managed`: SAFE"
+    assert "| 1 | `nvidia-driver-daemonset-canary` | `inference-l4` | update |" in out
+    assert "| 2 | `nvidia-driver-daemonset-training` | `training-a100` | update |" in out
+    assert "```mermaid" in out and "class " in out and " changed" in out
+
+
+def test_a_dangerous_change_says_what_and_the_allow_that_accepts_it(tmp_path, capsys):
+    renamed = stack_config("prod-managed")
+    renamed["gpu-stack:cluster"]["name"] = "another-cluster"
+    base, head = stack_files(tmp_path, "prod-managed", stack_config("prod-managed"), renamed)
+    code, out, _ = run(capsys, base, head, "markdown")
+    assert code == 1
+    assert out.splitlines()[1] == "### ⚠️ `prod-managed`: DANGEROUS"
+    assert "**cluster-replaced:**" in out and "--allow cluster-replaced" in out
+    # long lists are folded
+    assert "<details><summary>" in out.split("```mermaid")[0]
+    code, out, _ = run(capsys, base, head, "json", "--allow", "cluster-replaced")
+    data = json.loads(out)
+    assert [d["allowed"] for d in data["dangers"] if d["rule"] == "cluster-replaced"] == [True]
+    assert code == data["exitCode"]
+
+
+def test_an_unknown_format_or_a_base_that_cannot_be_rendered_exits_2_with_one_line(tmp_path, capsys):
+    base, head = stack_files(tmp_path, "dev", stack_config("dev"), stack_config("dev"))
+    code, out, err = run(capsys, base, head, "html")
+    assert code == 2 and out == "" and err.strip() == "diff: unknown --format 'html'; allowed: text, markdown, json"
+    code = cli.main(["diff", "--stack", "dev", "--base", "no-such-ref-anywhere", "--format", "json"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "no-such-ref-anywhere" in err
