@@ -138,3 +138,16 @@ def per_stack(stacks=None, keep=REPRESENTATIVE):
     import pytest
 
     return [s if s in keep else pytest.param(s, marks=pytest.mark.matrix) for s in (stacks or STACKS)]
+
+
+def stack_files(folder: Path, stack: str, before: dict[str, Any], after: dict[str, Any]) -> tuple[Path, Path]:
+    """Two stack files of `stack` (its shipped file with `before`'s and `after`'s config), for `gpustack diff`."""
+    paths = []
+    for side, config in (("base", before), ("head", after)):
+        document = stack_document(stack)
+        document["config"] = config
+        (folder / side).mkdir(exist_ok=True)
+        path = folder / side / f"Pulumi.{stack}.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        paths.append(path)
+    return paths[0], paths[1]

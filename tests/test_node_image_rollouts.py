@@ -12,7 +12,7 @@ import yaml
 
 import gpustack.__main__ as cli
 from components.config import load_config
-from stacktest import ROOT, bag, config_problems, objects, render, stack_config, stack_document
+from stacktest import ROOT, bag, config_problems, objects, render, stack_config, stack_files
 
 OLD_KERNEL, NEW_KERNEL = "ubuntu22.04-5.15.0-139-generic-amd64", "ubuntu22.04-6.5.0-45-generic-amd64"
 CANARY_DS = "nvidia-driver-daemonset-canary-5.15.0-139-generic-ubuntu22.04"
@@ -56,16 +56,8 @@ def unassigned_term(ds: dict[str, Any]) -> dict[str, Any]:
 
 
 def diff(tmp_path: Path, capsys, stack: str, before: dict[str, Any], after: dict[str, Any], *allow: str) -> tuple[int, str]:
-    files = []
-    for side, config in (("base", before), ("head", after)):
-        document = stack_document(stack)
-        document["config"] = config
-        folder = tmp_path / side
-        folder.mkdir(exist_ok=True)
-        path = folder / f"Pulumi.{stack}.yaml"
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
-        files.append(path)
-    code = cli.main(["diff", "--stack", str(files[1]), "--base", str(files[0]), *(f"--allow={a}" for a in allow)])
+    base, head = stack_files(tmp_path, stack, before, after)
+    code = cli.main(["diff", "--stack", str(head), "--base", str(base), *(f"--allow={a}" for a in allow)])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
