@@ -1,12 +1,12 @@
 """`gpustack diff --format markdown|json`: the plan where reviewers read it.
 
 - `json`: one document, versioned (`schemaVersion: gpustack.diff/v1`), described by docs/diff.schema.json, which
-  `python -m gpustack docs` writes from `SCHEMA` below and a test holds every shipped stack's report to.
+  `python -m gpustack docs` writes from `SCHEMA` below and tests/test_diff_formats.py holds reports to.
 - `markdown`: a pull-request comment body. The verdict comes first (SAFE, or what is dangerous and the `--allow`
   that would accept it), then the counts, one row per changed resource (kind, name, fields), the driver
-  DaemonSets the change restarts with their pools and upgrade waves, the notes, and the state graph with the
-  changed states marked. Long lists are folded in `<details>`. The first line is a marker naming the stack, so a CI
-  job finds and updates its own comment instead of adding one per push.
+  DaemonSets the change creates, updates or deletes with their pools and upgrade waves, the notes, and the state
+  graph with the changed states marked. Long lists are folded in `<details>`. The first line is a marker naming
+  the stack, so a CI job finds and updates its own comment instead of adding one per push.
 
 Exit codes are the text format's: 0 safe, 1 dangerous, 2 bad input.
 """
@@ -66,7 +66,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": False, "required": ["topic", "message"],
             "properties": {"topic": {"type": "string"}, "message": {"type": "string"}},
         }},
-        "driverRollout": {"type": "array", "description": "driver DaemonSets whose pods the change replaces, by wave", "items": {
+        "driverRollout": {"type": "array", "description": "driver DaemonSets the change creates, updates (pod template) or deletes, with their upgrade wave", "items": {
             "type": "object", "additionalProperties": False, "required": ["daemonSet", "action", "pools", "wave"],
             "properties": {
                 "daemonSet": {"type": "string"},
@@ -205,7 +205,8 @@ def markdown(data: dict[str, Any], after: Recording) -> str:
                          f"`{_cell(name)}` | {_cell(detail)} |")
         out += ["", *_folded(f"{len(data['changes'])} changed resources", table)]
     if data["driverRollout"]:
-        out += ["", "**Driver pods this restarts**, wave by wave, within the fleet's disruption budget:", ""]
+        out += ["", "**Driver DaemonSets this changes**, by upgrade wave (the node agents move their nodes within the "
+                "fleet's disruption budget):", ""]
         table = ["| wave | DaemonSet | pools | |", "|---|---|---|---|"]
         for row in data["driverRollout"]:
             table.append(f"| {row['wave']} | `{row['daemonSet']}` | {', '.join(f'`{p}`' for p in row['pools']) or '–'} | {row['action']} |")
