@@ -7,9 +7,10 @@ OUT ?= out/$(STACK)
 
 .PHONY: render check check-stacks test test-all bench golden
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-sarif.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-sarif.txt
 	touch $@
 
 render: $(VENV)/.installed  ## render one stack offline: manifests.yaml, graph.json, policy.json

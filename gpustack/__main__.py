@@ -2,9 +2,10 @@
 
 Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails strict schema validation, or a
 rule of the API server's own validation);
-2 an input is invalid: the stack file or its configuration, the policy pack config, an import input (message on
-stderr, nothing written); 3 an internal error (a one-line message asking for a report; `--debug`, a global flag,
-prints the traceback); 130 interrupted; 141 stdout was closed early (`render ... | head`), quietly, as SIGPIPE would.
+2 an input is invalid: the stack file or its configuration, the policy pack config, an import input, an unknown
+--format (message on stderr, nothing written), or the review host refused a `comment`; 3 an internal error (a
+one-line message asking for a report; `--debug`, a global flag, prints the traceback); 130 interrupted; 141 stdout
+was closed early (`render ... | head`), quietly, as SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, docs, graph, importer, inventory, mig_hardware, packfacts, render, schema, stack_schema
+from gpustack import apiserver, diff, docs, findings, graph, importer, inventory, mig_hardware, packfacts, pr_comment, render, sarif, schema, stack_schema
+from gpustack.apiserver.engine import ApiProblem
+from gpustack.keylines import KeyLines
+from gpustack.schema import SchemaProblem
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.importer import ImportInputError
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
@@ -101,14 +106,43 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+CHECK_FORMATS = ("text", "sarif")
+
+
+class CheckInputError(Exception):
+    pass
+
+
+@dataclass
+class Checked:
+    """What `check` found in one stack."""
+
+    stack: str
+    path: Path
+    rows: list[tuple[str, ...]]
+    versions: tuple[str, ...]
+    problems: list[SchemaProblem]
+    refused: list[ApiProblem]
+    violations: list[Violation]
+    recording: Recording
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.problems) or bool(self.refused) or has_mandatory(self.violations)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.format not in CHECK_FORMATS:
+        raise CheckInputError(f"check: unknown --format {args.format[:40]!r}; allowed: {', '.join(CHECK_FORMATS)}")
+    if args.format == "sarif":
+        return _check_sarif(args)
     # Several stacks in one process share the compiled schema validators (CI checks every stack this way).
-    return max(_check_one(stack, args) for stack in args.stack)
+    return max(_print_checked(_check_one(stack, args)) for stack in args.stack)
 
 
-def _check_one(stack: str, args: argparse.Namespace) -> int:
+def _check_one(stack: str, args: argparse.Namespace) -> Checked:
     cfg, recording, violations = evaluate(stack, args.preview, args.policy_config)
-    versions = cfg.cluster.kubernetes_versions
+    versions = tuple(cfg.cluster.kubernetes_versions)
     objects = [obj for _, obj in render.objects_in_order(recording)]
     # What the API server would refuse that no schema can say; judged once, its rules hold on every version.
     refused = apiserver.validate_all(objects)
@@ -123,21 +157,63 @@ def _check_one(stack: str, args: argparse.Namespace) -> int:
         meta = obj.get("metadata", {})
         api_cell = "FAIL" if (obj["kind"], meta.get("namespace"), meta.get("name", "?")) in refused_objects else "ok"
         rows.append((obj["kind"], meta.get("namespace", "-"), meta.get("name", "?"), *cells, api_cell))
-    headers = ("KIND", "NAMESPACE", "NAME", *versions, "API")
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    for p in problems:
-        print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
-    for r in refused:
-        print(f"apiserver {r}")
-    _print_violations(violations)
-    failed = bool(problems) or bool(refused) or has_mandatory(violations)
-    print(
-        f"{recording.stack}: {'FAIL' if failed else 'PASS'} - {len(rows)} objects x {len(versions)} Kubernetes version(s), "
-        f"{len(problems)} schema problem(s), {len(refused)} API-server problem(s), {len(violations)} policy violation(s)"
+    return Checked(recording.stack, resolve_stack(stack)[1], rows, versions, problems, refused, violations, recording)
+
+
+def _summary(checked: Checked) -> str:
+    return (
+        f"{checked.stack}: {'FAIL' if checked.failed else 'PASS'} - {len(checked.rows)} objects x {len(checked.versions)} "
+        f"Kubernetes version(s), {len(checked.problems)} schema problem(s), {len(checked.refused)} API-server problem(s), "
+        f"{len(checked.violations)} policy violation(s)"
     )
-    return EXIT_VIOLATION if failed else EXIT_OK
+
+
+def _print_checked(checked: Checked) -> int:
+    headers = ("KIND", "NAMESPACE", "NAME", *checked.versions, "API")
+    widths = [max(len(str(r[i])) for r in [headers, *checked.rows]) for i in range(len(headers))]
+    for row in [headers, *checked.rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for p in checked.problems:
+        print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
+    for r in checked.refused:
+        print(f"apiserver {r}")
+    _print_violations(checked.violations)
+    print(_summary(checked))
+    return EXIT_VIOLATION if checked.failed else EXIT_OK
+
+
+def _check_sarif(args: argparse.Namespace) -> int:
+    """Every stack's findings in one SARIF log on stdout; the summary lines, and a stack's configuration error, on
+    stderr as the text format prints them. A stack whose configuration is invalid becomes results at its keys (and
+    exit 2), so a pull request that breaks one stack still gets every other stack's annotations."""
+    entries: list[tuple[findings.Finding, Path, Optional[KeyLines]]] = []
+    code = EXIT_OK
+    for stack in args.stack:
+        name, path = resolve_stack(stack)
+        try:
+            lines: Optional[KeyLines] = KeyLines.of_file(path)
+        except InputFileError as error:
+            print(str(error), file=sys.stderr)
+            entries.append((findings.Finding(findings.STACK_FILE_RULE, "error", error.problem, name,
+                                             line=error.line, subject=error.key), path, None))
+            code = max(code, EXIT_CONFIG)
+            continue
+        try:
+            checked = _check_one(stack, args)
+        except ConfigError as error:
+            print(str(error), file=sys.stderr)
+            entries += [(f, path, lines) for f in findings.config_findings(name, error)]
+            code = max(code, EXIT_CONFIG)
+            continue
+        index = findings.ObjectIndex(checked.recording)
+        pools = lines.pools
+        entries += [(findings.schema_finding(name, p, index), path, lines) for p in checked.problems]
+        entries += [(findings.api_finding(name, p, index), path, lines) for p in checked.refused]
+        entries += [(findings.violation_finding(name, v, checked.recording, pools), path, lines) for v in checked.violations]
+        print(_summary(checked), file=sys.stderr)
+        code = max(code, EXIT_VIOLATION if checked.failed else EXIT_OK)
+    print(json.dumps(sarif.log(entries), indent=2))
+    return code
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
@@ -183,6 +259,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     check_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")
     check_parser.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
+    check_parser.add_argument(
+        "--format", default="text", metavar="FORMAT",
+        help="text (default: the table and one line per problem) or sarif (SARIF 2.1.0 on stdout for code scanning, "
+             "each finding at the stack-file line of the key that causes it)")
     check_parser.set_defaults(run=cmd_check)
     inventory_parser = sub.add_parser("inventory", help="read this machine's GPUs (NVML); with --stack, their drift from its pools")
     inventory_parser.add_argument("--stack", help="stack name (stacks/Pulumi.<name>.yaml) or path to compare with")
@@ -202,6 +282,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     facts_parser.add_argument("--check", action="store_true", help="only report stale copies (exit 1), write nothing")
     facts_parser.set_defaults(run=cmd_pack_facts)
     graph.add_parser(sub, cmd_graph)
+    pr_comment.add_parser(sub)
     docs.add_parser(sub)
     stack_schema.add_parser(sub)
     args = parser.parse_args(argv)
@@ -209,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # inside the guard: a closed pipe shows here, not at the interpreter's exit
         return code
-    except (*INPUT_ERRORS, StackFileError, PolicyConfigError, diff.DiffInputError) as exc:
+    except (*INPUT_ERRORS, StackFileError, PolicyConfigError, diff.DiffInputError, CheckInputError, pr_comment.CommentError) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
     except BrokenPipeError:

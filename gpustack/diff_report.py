@@ -21,6 +21,9 @@ from gpustack.mockrun import Recording, Registration
 
 SCHEMA_VERSION = "gpustack.diff/v1"
 MARKER = "<!-- gpustack-diff:{stack} -->"
+# The body's last line, for the CI job that posts it (gpustack/pr_comment.py): a plan with no changes is not worth a
+# new comment, only an update of one already there.
+STATUS = "<!-- gpustack-diff-status: changes={changes} verdict={verdict} -->"
 FOLD_AFTER = 15
 ACTION_SYMBOL = {"create": "+", "update": "~", "replace": "±", "rerun": "↻", "delete": "−"}
 
@@ -79,18 +82,6 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _state_of(recording: Recording) -> dict[str, Optional[str]]:
-    by_urn = recording.by_urn()
-    stack = next((r for r in recording.registrations if r.type == graph.STACK_TYPE), None)
-    found: dict[str, Optional[str]] = {}
-    for r in recording.registrations:
-        current: Optional[Registration] = r
-        while current is not None and stack is not None and current.parent != stack.urn:
-            current = by_urn.get(current.parent)
-        found[r.urn] = current.name if current is not None and stack is not None and not current.custom else None
-    return found
-
-
 def _waves(recording: Recording) -> dict[str, int]:
     """Driver DaemonSet URN -> its upgrade wave (1 first): a DaemonSet that waits for a gate comes one wave after
     the DaemonSets that gate waits for."""
@@ -115,7 +106,7 @@ def _is_driver(r: Registration) -> bool:
 
 def report(stack: str, base: str, head: str, plan: changes.Plan, before: Recording, after: Recording,
            allowed: Sequence[str]) -> dict[str, Any]:
-    states = {**_state_of(before), **_state_of(after)}
+    states = {**graph.states_by_urn(before), **graph.states_by_urn(after)}
     by_urn = {**before.by_urn(), **after.by_urn()}
     refused = [(rule, message) for rule, message in plan.dangers if rule == "blocked" or rule not in allowed]
     rows = []
@@ -217,6 +208,7 @@ def markdown(data: dict[str, Any], after: Recording) -> str:
     if after.registrations:
         out += ["", "<details><summary>State order, changed states marked</summary>", "", "```mermaid",
                 graph.mermaid(after, changed=changed_states).rstrip(), "```", "", "</details>"]
+    out += ["", STATUS.format(changes=sum(data["counts"].values()), verdict=data["verdict"])]
     return "\n".join(out) + "\n"
 
 

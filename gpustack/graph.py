@@ -61,25 +61,34 @@ def _reduced(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
     return {(a, b) for a, b in edges if b not in reachable(a, (a, b))}
 
 
+def states_by_urn(recording: Recording) -> dict[str, Optional[str]]:
+    """Every resource's state: the component right under the GpuStack that it sits in (None outside any)."""
+    by_urn = recording.by_urn()
+    stack = next((r for r in recording.registrations if r.type == STACK_TYPE), None)
+    found: dict[str, Optional[str]] = {}
+    for r in recording.registrations:
+        chain, current = [], by_urn.get(r.urn)
+        while current is not None and stack is not None and current.parent != stack.urn and current.urn not in found:
+            chain.append(current.urn)
+            current = by_urn.get(current.parent)
+        if current is not None and current.urn in found:
+            state = found[current.urn]
+        else:
+            state = current.name if current is not None and stack is not None and not current.custom else None
+            if current is not None:
+                chain.append(current.urn)
+        for urn in chain:
+            found[urn] = state
+    return found
+
+
 def mermaid(recording: Recording, changed: Iterable[str] = ()) -> str:
     by_urn = recording.by_urn()
     stack = next((r for r in recording.registrations if r.type == STACK_TYPE), None)
     if stack is None:
         raise ValueError("the render holds no GpuStack")
     states = [r for r in recording.registrations if r.parent == stack.urn and not r.custom]
-    state_of: dict[str, str] = {}
-
-    def owner(urn: str) -> Optional[str]:
-        if urn in state_of:
-            return state_of[urn]
-        seen, current = [], by_urn.get(urn)
-        while current is not None and current.parent != stack.urn:
-            seen.append(current.urn)
-            current = by_urn.get(current.parent)
-        found = current.name if current is not None and not current.custom else None
-        for u in [urn, *seen]:
-            state_of[u] = found  # type: ignore[assignment]
-        return found
+    owner = states_by_urn(recording).get
 
     states.sort(key=lambda r: STATE_NAMES.index(r.name) if r.name in STATE_NAMES else len(STATE_NAMES))
     ids = {state.name: f"s{i}" for i, state in enumerate(states)}

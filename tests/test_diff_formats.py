@@ -62,6 +62,9 @@ def test_a_driver_bump_lists_the_driver_pods_it_restarts_wave_by_wave(tmp_path, 
     assert "| 1 | `nvidia-driver-daemonset-canary` | `inference-l4` | update |" in out
     assert "| 2 | `nvidia-driver-daemonset-training` | `training-a100` | update |" in out
     assert "```mermaid" in out and "class " in out and " changed" in out
+    # and the job that posts it reads the last line to leave an unchanged stack without a new comment
+    total = sum(data["counts"].values())
+    assert total > 0 and lines[-1] == f"<!-- gpustack-diff-status: changes={total} verdict=safe -->"
 
 
 def test_a_dangerous_change_says_what_and_the_allow_that_accepts_it(tmp_path, capsys):
