@@ -205,11 +205,8 @@ def _check_sarif(args: argparse.Namespace) -> int:
             entries += [(f, path, lines) for f in findings.config_findings(name, error)]
             code = max(code, EXIT_CONFIG)
             continue
-        index = findings.ObjectIndex(checked.recording)
-        pools = lines.pools
-        entries += [(findings.schema_finding(name, p, index), path, lines) for p in checked.problems]
-        entries += [(findings.api_finding(name, p, index), path, lines) for p in checked.refused]
-        entries += [(findings.violation_finding(name, v, checked.recording, pools), path, lines) for v in checked.violations]
+        found = findings.from_check(name, checked.recording, checked.problems, checked.refused, checked.violations, lines.pools)
+        entries += [(f, path, lines) for f in found]
         print(_summary(checked), file=sys.stderr)
         code = max(code, EXIT_VIOLATION if checked.failed else EXIT_OK)
     print(json.dumps(sarif.log(entries), indent=2))

@@ -362,12 +362,13 @@ def write_policy_page(path: Path = POLICY_PAGE) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpustack import diff_report, graph
+    from gpustack import ci_examples, diff_report, graph
 
     pages = (
         (PAGE, stale, write),
         (POLICY_PAGE, policy_page_stale, write_policy_page),
         (graph.CONCEPTS_PAGE, graph.concepts_stale, graph.write_concepts),
+        (ci_examples.CI_PAGE, ci_examples.stale, ci_examples.write),
         (DIFF_SCHEMA, lambda path: generated.stale(path, diff_report.schema_text()),
          lambda path: generated.write(path, diff_report.schema_text())),
     )
@@ -384,6 +385,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models, the policy enforcement table in docs/policies.md and the state graph in docs/concepts.md")
+    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models, the policy enforcement table in docs/policies.md, the state graph in docs/concepts.md and the example in docs/ci.md")
     parser.add_argument("--check", action="store_true", help="only report a stale page (exit 1), write nothing")
     parser.set_defaults(run=run)

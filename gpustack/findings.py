@@ -195,3 +195,11 @@ def api_finding(stack: str, problem: ApiProblem, index: ObjectIndex) -> Finding:
     return Finding(APISERVER_PREFIX + problem.rule, "error", str(problem), stack,
                    keys=_object_keys(registration, state, problem.path), pools=tuple(_pools_served(registration)),
                    subject=f"{problem.kind}/{problem.name}:{problem.path}")
+
+
+def from_check(stack: str, recording: Recording, problems: Iterable[SchemaProblem], refused: Iterable[ApiProblem],
+               violations: Iterable[Violation], pools: list[str]) -> list[Finding]:
+    """Every finding of one stack's check, in the text format's order: schema, API server, policies."""
+    index = ObjectIndex(recording)
+    return ([schema_finding(stack, p, index) for p in problems] + [api_finding(stack, p, index) for p in refused]
+            + [violation_finding(stack, v, recording, pools) for v in violations])

@@ -97,9 +97,10 @@ def rules() -> list[dict[str, Any]]:
 
 
 def _uri(path: Path) -> str:
-    """The path as code scanning matches it against the checkout: relative to where the job runs, or the project."""
+    """The path as code scanning matches it against the checkout: relative to the project (where CI checks it out),
+    else to where the command runs, else the absolute file URI."""
     resolved = path.resolve()
-    for root in (Path.cwd().resolve(), PROJECT_DIR.resolve()):
+    for root in (PROJECT_DIR.resolve(), Path.cwd().resolve()):
         if resolved.is_relative_to(root):
             return Path(os.path.relpath(resolved, root)).as_posix()
     return resolved.as_uri()

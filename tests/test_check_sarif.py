@@ -106,14 +106,14 @@ def test_a_policy_violation_is_annotated_on_the_key_its_fix_names(tmp_path, caps
 
 
 def test_a_fingerprint_survives_lines_added_above_the_finding(tmp_path, capsys):
-    first = edited(tmp_path, "prod-managed", ("maxUnavailable: 2", "maxUnavailable: 50%"))
-    _, before, _ = check(capsys, str(first))
-    second = edited(tmp_path, "prod-managed", ("maxUnavailable: 2", "maxUnavailable: 50%"),
-                    ("config:\n", "# reviewed in PR 123\n# and again\nconfig:\n"))
-    _, after, _ = check(capsys, str(second))
-    (old,), (new,) = before["runs"][0]["results"], after["runs"][0]["results"]
-    assert new["locations"][0]["physicalLocation"]["region"]["startLine"] == old["locations"][0]["physicalLocation"]["region"]["startLine"] + 2
-    assert new["partialFingerprints"] == old["partialFingerprints"]
+    edits = (("maxUnavailable: 2", "maxUnavailable: 50%"), ("replicas: 4", "replicas: 40"))  # the test above's render
+    _, before, _ = check(capsys, str(edited(tmp_path, "prod-managed", *edits)))
+    _, after, _ = check(capsys, str(edited(tmp_path, "prod-managed", *edits,
+                                           ("config:\n", "# reviewed in PR 123\n# and again\nconfig:\n"))))
+    for old, new in zip(before["runs"][0]["results"], after["runs"][0]["results"], strict=True):
+        line = old["locations"][0]["physicalLocation"]["region"]["startLine"]
+        assert new["locations"][0]["physicalLocation"]["region"]["startLine"] == line + 2
+        assert new["partialFingerprints"] == old["partialFingerprints"]
 
 
 def test_an_invalid_stack_is_annotated_at_its_keys_and_the_other_stacks_are_still_checked(tmp_path, capsys):

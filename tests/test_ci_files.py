@@ -1,0 +1,160 @@
+"""The review job of docs/ci.md: the GitHub workflow and the GitLab CI file hold to the schemas check-jsonschema
+ships, every script in them passes shellcheck, every gpustack command they run exists, ci/review.sh records and
+judges what the steps found, and docs/ci.md's example is what the job posts today."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sarif import loader as sarif_loader
+from sarif.operations import codeclimate_op
+
+import gpustack.__main__ as cli
+from gpustack import ci_examples, findings, sarif
+from gpustack.keylines import KeyLines
+from stacktest import ROOT, cached_run_program
+
+WORKFLOW = ROOT / ".github" / "workflows" / "gpu-stack.yml"
+GITLAB = ROOT / ".gitlab-ci.yml"
+REVIEW = ROOT / "ci" / "review.sh"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+
+
+def workflow_scripts() -> list[str]:
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["review"]["steps"]
+    return [step["run"] for step in steps if "run" in step]
+
+
+def gitlab_script() -> str:
+    return "\n".join(yaml.safe_load(GITLAB.read_text())["gpu-stack-review"]["script"])
+
+
+@pytest.mark.parametrize("path, schema", [(WORKFLOW, "vendor.github-workflows"), (GITLAB, "vendor.gitlab-ci")])
+def test_the_ci_files_hold_to_their_schemas(path, schema):
+    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_schema_violation_would_fail_the_check(tmp_path):
+    broken = tmp_path / "gpu-stack.yml"
+    broken.write_text(WORKFLOW.read_text().replace("runs-on: ubuntu-24.04", "runs_on: ubuntu-24.04"))
+    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                             str(broken)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+
+
+@pytest.mark.parametrize("name, script", [
+    ("ci/review.sh", REVIEW.read_text()),
+    *[(f"workflow step {i}", "#!/usr/bin/env bash\n" + s) for i, s in enumerate(workflow_scripts())],
+    ("gitlab script", "#!/usr/bin/env bash\n" + gitlab_script()),
+])
+def test_every_script_passes_shellcheck(name, script, tmp_path):
+    path = tmp_path / "script.sh"
+    path.write_text(script)
+    result = subprocess.run([str(SHELLCHECK), "-s", "bash", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{name}:\n{result.stdout}"
+
+
+def test_no_script_expands_an_expression_of_the_event_inline():
+    # `${{ }}` inside a run block is pasted into the script before bash sees it: a branch or label name could run
+    # code. Values reach the scripts through env only.
+    assert [s for s in workflow_scripts() if "${{" in s] == []
+
+
+def _help(*command: str) -> str:
+    try:
+        cli.main([*command, "--help"])
+    except SystemExit:
+        pass
+    return ""
+
+
+@pytest.mark.parametrize("path", [REVIEW, WORKFLOW, GITLAB], ids=lambda p: p.name)
+def test_every_gpustack_command_and_flag_the_job_runs_exists(path, capsys):
+    used = re.findall(r"-m gpustack (\w+)([^\n|>;]*)", path.read_text())
+    assert used, "the file runs no gpustack command"
+    for command, rest in used:
+        _help(command)
+        text = capsys.readouterr().out
+        assert text.startswith("usage:"), f"no command {command}"
+        for flag in re.findall(r"(?<!\S)--[a-z][a-z-]*", rest):
+            assert flag in text, f"gpustack {command} has no {flag}"
+
+
+def _stub(tmp_path: Path, codes: dict[str, int]) -> Path:
+    """A `python` for ci/review.sh that logs its arguments and answers like gpustack: a markdown body unless the
+    stack's code is 2 (a stack that does not render prints nothing on stdout)."""
+    log = tmp_path / "calls.log"
+    stub = tmp_path / "python"
+    stub.write_text("#!/usr/bin/env bash\n"
+                    f"echo \"$*\" >> {log}\n"
+                    "stack=''; prev=''\n"
+                    "for a in \"$@\"; do [ \"$prev\" = --stack ] && stack=$a; prev=$a; done\n"
+                    f"case \"$3\" in check) echo '{{\"version\": \"2.1.0\"}}'; exit {codes.get('check', 0)} ;; esac\n"
+                    + "".join(f"[ \"$stack\" = {s} ] && code={c}\n" for s, c in codes.items() if s != "check")
+                    + "[ \"${code:-0}\" = 2 ] && exit 2\n"
+                    "echo \"<!-- gpustack-diff:$stack -->\"\nexit ${code:-0}\n")
+    stub.chmod(0o755)
+    return log
+
+
+def review(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHON": str(tmp_path / "python"), "GPUSTACK_REVIEW_DIR": str(tmp_path / "review"), **env}
+    return subprocess.run([str(REVIEW), *args], capture_output=True, text=True, timeout=60, env=environment)
+
+
+def test_the_review_steps_record_what_they_found_and_the_verdict_judges_it(tmp_path):
+    log = _stub(tmp_path, {"check": 0, "dev": 0, "prod-managed": 1, "kubevirt": 2})
+    assert review(tmp_path, "check").returncode == 0
+    assert "--stack prod-managed" in log.read_text() and "--format sarif" in log.read_text()
+    assert json.loads((tmp_path / "review" / "gpustack.sarif").read_text()) == {"version": "2.1.0"}
+
+    stacks = "dev,prod-managed kubevirt"
+    labels = "needs-review, gpu-stack-allow:driver-replaced,gpu-stack-allow:node-image-changed"
+    assert review(tmp_path, "plan", "origin/main", GPUSTACK_STACKS=stacks, GPUSTACK_LABELS=labels).returncode == 0
+    diffs = [line for line in log.read_text().splitlines() if line.startswith("-m gpustack diff")]
+    assert len(diffs) == 3 and all("--base origin/main --format markdown --allow driver-replaced --allow node-image-changed" in d
+                                   for d in diffs)
+    # a stack that did not render leaves no body to post; the others do
+    assert sorted(p.name for p in (tmp_path / "review" / "plans").iterdir()) == ["dev.md", "prod-managed.md"]
+    assert (tmp_path / "review" / "plan.exit").read_text().strip() == "2"
+    verdict = review(tmp_path, "verdict")
+    assert verdict.returncode == 1 and "does not render" in verdict.stdout
+
+    (tmp_path / "review" / "plan.exit").write_text("1\n")
+    assert "label the PR gpu-stack-allow:<rule>" in review(tmp_path, "verdict").stdout
+    (tmp_path / "review" / "plan.exit").write_text("0\n")
+    assert review(tmp_path, "verdict").returncode == 0
+    (tmp_path / "review" / "check.exit").write_text("1\n")
+    failed = review(tmp_path, "verdict")
+    assert failed.returncode == 1 and "mandatory policy" in failed.stdout
+    assert review(tmp_path, "bogus").returncode == 2
+
+
+def test_gitlab_reads_the_sarif_log_as_code_quality(tmp_path):
+    path = ROOT / "stacks" / "Pulumi.prod-managed.yaml"
+    lines = KeyLines.of_file(path)
+    finding = findings.Finding("policy/upgrade-safety", "error", "budget too wide", "prod-managed",
+                               keys=("gpu-stack:upgrade.maxUnavailable",))
+    log_path = tmp_path / "gpustack.sarif"
+    log_path.write_text(json.dumps(sarif.log([(finding, path, lines)])))
+    out = tmp_path / "gl-code-quality.json"
+    codeclimate_op.generate(sarif_loader.load_sarif_files(str(log_path)), str(out), False)
+    (issue,) = json.loads(out.read_text())
+    # what GitLab's Code Quality report requires of each entry
+    assert issue["check_name"] == "policy/upgrade-safety" and issue["severity"] == "major" and issue["fingerprint"]
+    assert issue["location"] == {"path": "stacks/Pulumi.prod-managed.yaml",
+                                 "lines": {"begin": lines.exact("gpu-stack:upgrade.maxUnavailable").line}}
+
+
+def test_the_ci_page_shows_what_the_job_posts_today(monkeypatch):
+    monkeypatch.setattr(cli, "run_program", cached_run_program)
+    assert not ci_examples.stale(), "docs/ci.md's example is stale: run python -m gpustack docs"
