@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional, Sequence
 
+from components.kit.validation_gate import EXPECTED_NODES_ENV
 from gpustack import changes, graph
 from gpustack.mockrun import Recording, Registration
 
@@ -70,12 +71,15 @@ SCHEMA: dict[str, Any] = {
             "properties": {"topic": {"type": "string"}, "message": {"type": "string"}},
         }},
         "driverRollout": {"type": "array", "description": "driver DaemonSets the change creates, updates (pod template) or deletes, with their upgrade wave", "items": {
-            "type": "object", "additionalProperties": False, "required": ["daemonSet", "action", "pools", "wave"],
+            "type": "object", "additionalProperties": False, "required": ["daemonSet", "action", "pools", "wave", "nodes"],
             "properties": {
                 "daemonSet": {"type": "string"},
                 "action": {"enum": list(changes.ACTIONS)},
                 "pools": _STRINGS,
                 "wave": {"type": "integer", "minimum": 1},
+                "nodes": {"type": ["integer", "null"], "minimum": 0,
+                          "description": "the nodes of its pools, where every one declares nodePools[].expectedNodes; "
+                                         "null where one does not (an offline render sees no nodes)"},
             },
         }},
     },
@@ -98,6 +102,23 @@ def _waves(recording: Recording) -> dict[str, int]:
         return memo[urn]
 
     return {urn: wave(urn) for urn in drivers}
+
+
+def _declared_nodes(recording: Recording) -> dict[str, int]:
+    """Pool -> nodePools[].expectedNodes, as the gate Jobs are told it (EXPECTED_NODES=pool=N,...)."""
+    declared: dict[str, int] = {}
+    for r in recording.registrations:
+        if r.inputs.get("kind") != "Job":
+            continue
+        pod = ((((r.inputs.get("spec") or {}).get("template") or {}).get("spec")) or {})
+        for container in pod.get("containers") or []:
+            for variable in container.get("env") or []:
+                if variable.get("name") == EXPECTED_NODES_ENV and variable.get("value"):
+                    for entry in str(variable["value"]).split(","):
+                        pool, _, count = entry.partition("=")
+                        if count.isdigit():
+                            declared[pool] = int(count)
+    return declared
 
 
 def _is_driver(r: Registration) -> bool:
@@ -124,6 +145,7 @@ def report(stack: str, base: str, head: str, plan: changes.Plan, before: Recordi
             "state": states.get(change.urn),
         })
     waves = {**_waves(before), **_waves(after)}
+    declared = {**_declared_nodes(before), **_declared_nodes(after)}
     rollout = []
     for change in plan.changes:
         registration = by_urn.get(change.urn)
@@ -131,11 +153,13 @@ def report(stack: str, base: str, head: str, plan: changes.Plan, before: Recordi
             continue
         if change.action == "update" and not any(f.startswith("spec.template") for f in change.fields):
             continue  # metadata alone restarts no driver pod
+        pools = graph.pools_of(registration)
         rollout.append({
             "daemonSet": (registration.inputs.get("metadata") or {}).get("name"),
             "action": change.action,
-            "pools": graph.pools_of(registration),
+            "pools": pools,
             "wave": waves.get(change.urn, 1),
+            "nodes": sum(declared[p] for p in pools) if pools and all(p in declared for p in pools) else None,
         })
     rollout.sort(key=lambda r: (r["wave"], r["daemonSet"]))
     return {
@@ -198,10 +222,14 @@ def markdown(data: dict[str, Any], after: Recording) -> str:
     if data["driverRollout"]:
         out += ["", "**Driver DaemonSets this changes**, by upgrade wave (the node agents move their nodes within the "
                 "fleet's disruption budget):", ""]
-        table = ["| wave | DaemonSet | pools | |", "|---|---|---|---|"]
+        table = ["| wave | DaemonSet | pools | nodes | |", "|---|---|---|---|---|"]
         for row in data["driverRollout"]:
-            table.append(f"| {row['wave']} | `{row['daemonSet']}` | {', '.join(f'`{p}`' for p in row['pools']) or '–'} | {row['action']} |")
+            nodes = "–" if row["nodes"] is None else str(row["nodes"])
+            table.append(f"| {row['wave']} | `{row['daemonSet']}` | {', '.join(f'`{p}`' for p in row['pools']) or '–'} | "
+                         f"{nodes} | {row['action']} |")
         out += _folded(f"{len(data['driverRollout'])} driver DaemonSets", table)
+        if any(row["nodes"] is None for row in data["driverRollout"]):
+            out += ["", "Nodes show where each pool declares `nodePools[].expectedNodes`; the offline plan sees no cluster."]
     if data["notes"]:
         out += ["", *[f"- note ({n['topic']}): {_cell(n['message'])}" for n in data["notes"]]]
     changed_states = sorted({row["state"] for row in data["changes"] if row["state"]})

@@ -59,8 +59,9 @@ def test_a_driver_bump_lists_the_driver_pods_it_restarts_wave_by_wave(tmp_path, 
     lines = out.splitlines()
     # a CI job finds its own comment by the first line, and the verdict comes right after it
     assert lines[0] == "<!-- gpustack-diff:prod-managed -->" and lines[1] == "### ✅ `prod-managed`: SAFE"
-    assert "| 1 | `nvidia-driver-daemonset-canary` | `inference-l4` | update |" in out
-    assert "| 2 | `nvidia-driver-daemonset-training` | `training-a100` | update |" in out
+    assert "| 1 | `nvidia-driver-daemonset-canary` | `inference-l4` | – | update |" in out
+    assert "| 2 | `nvidia-driver-daemonset-training` | `training-a100` | – | update |" in out
+    assert "Nodes show where each pool declares `nodePools[].expectedNodes`" in out
     assert "```mermaid" in out and "class " in out and " changed" in out
     # and the job that posts it reads the last line to leave an unchanged stack without a new comment
     total = sum(data["counts"].values())
@@ -90,3 +91,14 @@ def test_an_unknown_format_or_a_base_that_cannot_be_rendered_exits_2_with_one_li
     code = cli.main(["diff", "--stack", "dev", "--base", "no-such-ref-anywhere", "--format", "json"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "no-such-ref-anywhere" in err
+
+
+def test_the_rollout_counts_the_nodes_its_pools_declare(tmp_path, capsys):
+    declared = bumped("prod-managed")
+    for pool, nodes in zip(declared["gpu-stack:nodePools"], (6, 4), strict=True):
+        pool["expectedNodes"] = nodes
+    base, head = stack_files(tmp_path, "prod-managed", stack_config("prod-managed"), declared)
+    code, out, _ = run(capsys, base, head, "json")
+    assert code == 0
+    assert [(r["daemonSet"], r["nodes"]) for r in json.loads(out)["driverRollout"]] == [
+        ("nvidia-driver-daemonset-canary", 4), ("nvidia-driver-daemonset-training", 6)]

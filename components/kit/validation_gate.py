@@ -62,10 +62,14 @@ def parse_result(annotations: Optional[dict[str, str]]) -> Any:
     return json.loads(raw)
 
 
+# `pool=N,...`: each judged pool that declares nodePools[].expectedNodes (gpustack's diff report reads it too).
+EXPECTED_NODES_ENV = "EXPECTED_NODES"
+
+
 def expected_nodes_env(pools: Sequence[NodePool]) -> list[EnvVarArgs]:
     """EXPECTED_NODES for the pools that declare how many nodes they have: fewer validated fails the gate."""
     declared = [f"{p.name}={p.expected_nodes}" for p in pools if p.expected_nodes is not None]
-    return [env("EXPECTED_NODES", ",".join(declared))] if declared else []
+    return [env(EXPECTED_NODES_ENV, ",".join(declared))] if declared else []
 
 
 def gate_rules(job_names: Sequence[str]) -> tuple[list[PolicyRuleArgs], list[PolicyRuleArgs]]:
