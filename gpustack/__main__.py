@@ -15,21 +15,19 @@ import json
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
-from components.config import ConfigError, StackConfig, load_config, stack_file_config, stack_file_secret_keys
-from gpustack import apiserver, diff, docs, findings, graph, importer, inventory, mig_hardware, packfacts, pr_comment, render, sarif, schema, stack_schema
-from gpustack.apiserver.engine import ApiProblem
-from gpustack.keylines import KeyLines
-from gpustack.schema import SchemaProblem
-from gpustack.mockrun import PROJECT_DIR, Recording, run_program
+from components.config import ConfigError, stack_file_secret_keys
+from gpustack import diff, docs, findings, graph, importer, inventory, mig_hardware, packfacts, pr_comment, render, sarif, stack_schema
+from gpustack.checking import Checked, StackFileError, check_one, evaluate, load_stack, read_stack, resolve_stack, summary
 from gpustack.importer import ImportInputError
-from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory, pack_config, pack_policies, run_policies
+from gpustack.keylines import KeyLines
+from gpustack.mockrun import PROJECT_DIR, run_program
+from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory
 
 from node_images.catalog import CatalogError
-from node_images.inputfiles import InputFileError, load_stack_file
+from node_images.inputfiles import InputFileError
 
 EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG, EXIT_INTERNAL = 0, 1, 2, 3
 # What a process killed by SIGPIPE reports to the shell (128 + 13).
@@ -41,44 +39,6 @@ POLICY_CONFIG_HELP = (
     "policy pack config, as `pulumi preview --policy-pack-config FILE` takes it "
     f"(default: {config_path('<stack>').relative_to(PROJECT_DIR)} when it exists)"
 )
-
-
-class StackFileError(Exception):
-    pass
-
-
-def resolve_stack(ref: str) -> tuple[str, Path]:
-    """A stack is named (`prod-managed` → stacks/Pulumi.prod-managed.yaml) or given as a path."""
-    path = Path(ref)
-    if not (path.suffix in (".yaml", ".yml") or "/" in ref):
-        path = PROJECT_DIR / "stacks" / f"Pulumi.{ref}.yaml"
-    if not path.is_file():
-        raise StackFileError(f"stack file {path} does not exist")
-    name = path.name
-    if not (name.startswith("Pulumi.") and name.count(".") >= 2):
-        raise StackFileError(f"{path}: a stack file is named Pulumi.<stack>.yaml")
-    return name[len("Pulumi.") : name.rindex(".")], path
-
-
-def read_stack(ref: str) -> tuple[str, dict[str, Any]]:
-    name, path = resolve_stack(ref)
-    return name, load_stack_file(path)
-
-
-def load_stack(ref: str) -> tuple[str, dict[str, str], StackConfig]:
-    name, document = read_stack(ref)
-    bag = stack_file_config(document)
-    return name, bag, load_config(bag, stack_file_secret_keys(document))
-
-
-def evaluate(ref: str, preview: bool, policy_config: Optional[str] = None) -> tuple[StackConfig, Recording, list[Violation]]:
-    name, bag, cfg = load_stack(ref)
-    if policy_config is not None and not Path(policy_config).is_file():
-        raise PolicyConfigError(f"policy pack config {policy_config} does not exist")
-    settings = pack_config(name, path=Path(policy_config) if policy_config else None)
-    recording = run_program(name, bag, secret_keys=stack_file_secret_keys(read_stack(ref)[1]), preview=preview)
-    violations = run_policies(recording, pack_policies(), settings)
-    return cfg, recording, violations
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -113,59 +73,13 @@ class CheckInputError(Exception):
     pass
 
 
-@dataclass
-class Checked:
-    """What `check` found in one stack."""
-
-    stack: str
-    path: Path
-    rows: list[tuple[str, ...]]
-    versions: tuple[str, ...]
-    problems: list[SchemaProblem]
-    refused: list[ApiProblem]
-    violations: list[Violation]
-    recording: Recording
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.problems) or bool(self.refused) or has_mandatory(self.violations)
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     if args.format not in CHECK_FORMATS:
         raise CheckInputError(f"check: unknown --format {args.format[:40]!r}; allowed: {', '.join(CHECK_FORMATS)}")
     if args.format == "sarif":
         return _check_sarif(args)
     # Several stacks in one process share the compiled schema validators (CI checks every stack this way).
-    return max(_print_checked(_check_one(stack, args)) for stack in args.stack)
-
-
-def _check_one(stack: str, args: argparse.Namespace) -> Checked:
-    cfg, recording, violations = evaluate(stack, args.preview, args.policy_config)
-    versions = tuple(cfg.cluster.kubernetes_versions)
-    objects = [obj for _, obj in render.objects_in_order(recording)]
-    # What the API server would refuse that no schema can say; judged once, its rules hold on every version.
-    refused = apiserver.validate_all(objects)
-    refused_objects = {(p.kind, p.namespace, p.name) for p in refused}
-    rows, problems = [], []
-    for obj in objects:
-        cells = []
-        for version in versions:
-            found = schema.validate(obj, version)
-            problems += found
-            cells.append("ok" if not found else "FAIL")
-        meta = obj.get("metadata", {})
-        api_cell = "FAIL" if (obj["kind"], meta.get("namespace"), meta.get("name", "?")) in refused_objects else "ok"
-        rows.append((obj["kind"], meta.get("namespace", "-"), meta.get("name", "?"), *cells, api_cell))
-    return Checked(recording.stack, resolve_stack(stack)[1], rows, versions, problems, refused, violations, recording)
-
-
-def _summary(checked: Checked) -> str:
-    return (
-        f"{checked.stack}: {'FAIL' if checked.failed else 'PASS'} - {len(checked.rows)} objects x {len(checked.versions)} "
-        f"Kubernetes version(s), {len(checked.problems)} schema problem(s), {len(checked.refused)} API-server problem(s), "
-        f"{len(checked.violations)} policy violation(s)"
-    )
+    return max(_print_checked(check_one(stack, args)) for stack in args.stack)
 
 
 def _print_checked(checked: Checked) -> int:
@@ -178,7 +92,7 @@ def _print_checked(checked: Checked) -> int:
     for r in checked.refused:
         print(f"apiserver {r}")
     _print_violations(checked.violations)
-    print(_summary(checked))
+    print(summary(checked))
     return EXIT_VIOLATION if checked.failed else EXIT_OK
 
 
@@ -199,7 +113,7 @@ def _check_sarif(args: argparse.Namespace) -> int:
             code = max(code, EXIT_CONFIG)
             continue
         try:
-            checked = _check_one(stack, args)
+            checked = check_one(stack, args)
         except ConfigError as error:
             print(str(error), file=sys.stderr)
             entries += [(f, path, lines) for f in findings.config_findings(name, error)]
@@ -207,7 +121,7 @@ def _check_sarif(args: argparse.Namespace) -> int:
             continue
         found = findings.from_check(name, checked.recording, checked.problems, checked.refused, checked.violations, lines.pools)
         entries += [(f, path, lines) for f in found]
-        print(_summary(checked), file=sys.stderr)
+        print(summary(checked), file=sys.stderr)
         code = max(code, EXIT_VIOLATION if checked.failed else EXIT_OK)
     print(json.dumps(sarif.log(entries), indent=2))
     return code

@@ -9,12 +9,13 @@ policy config holds time-slicing to 8 replicas.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import tempfile
 from pathlib import Path
 
-from gpustack import changes, diff_report, findings, generated, sarif
+from gpustack import changes, checking, diff_report, findings, generated, sarif
 from gpustack.keylines import KeyLines
 from gpustack.mockrun import PROJECT_DIR
 
@@ -40,15 +41,11 @@ def edited_text() -> str:
     return text
 
 
-def _checked(text: str, folder: Path):
+def _checked(text: str, folder: Path) -> checking.Checked:
     """`gpustack check` of the stack file with this text, named as the shipped one (so its policy config applies)."""
-    import argparse
-
-    from gpustack import __main__ as cli
-
     path = folder / STACK_FILE.name
     path.write_text(text, encoding="utf-8")
-    return cli._check_one(str(path), argparse.Namespace(preview=False, policy_config=None))
+    return checking.check_one(str(path), argparse.Namespace(preview=False, policy_config=None))
 
 
 def _diff_lines(before: str, after: str) -> list[str]:

@@ -12,7 +12,7 @@ from sarif import loader as sarif_loader
 
 import gpustack.__main__ as cli
 from components.states.order import STATE_NAMES
-from gpustack import findings, sarif
+from gpustack import checking, findings, sarif
 from gpustack.apiserver.engine import RULES as API_RULES, ApiProblem
 from gpustack.keylines import KeyLines
 from gpustack.policyrun import pack_policies
@@ -25,7 +25,7 @@ LEVELS = {"none", "note", "warning", "error"}
 
 @pytest.fixture(autouse=True)
 def _renders_through_the_run_cache(monkeypatch):
-    monkeypatch.setattr(cli, "run_program", cached_run_program)
+    monkeypatch.setattr(checking, "run_program", cached_run_program)
 
 
 def check(capsys, *stacks: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:

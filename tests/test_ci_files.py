@@ -17,7 +17,7 @@ from sarif import loader as sarif_loader
 from sarif.operations import codeclimate_op
 
 import gpustack.__main__ as cli
-from gpustack import ci_examples, findings, sarif
+from gpustack import checking, ci_examples, findings, sarif
 from gpustack.keylines import KeyLines
 from stacktest import ROOT, cached_run_program
 
@@ -156,5 +156,5 @@ def test_gitlab_reads_the_sarif_log_as_code_quality(tmp_path):
 
 
 def test_the_ci_page_shows_what_the_job_posts_today(monkeypatch):
-    monkeypatch.setattr(cli, "run_program", cached_run_program)
+    monkeypatch.setattr(checking, "run_program", cached_run_program)
     assert not ci_examples.stale(), "docs/ci.md's example is stale: run python -m gpustack docs"

@@ -10,7 +10,7 @@ import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
 import gpustack.__main__ as cli
-from gpustack import schema
+from gpustack import checking, schema
 from gpustack.policyrun import run_policies
 from gpustack.render import apply_order, effective_dependencies, kubernetes_object
 from stacktest import ROOT, STACKS, per_stack, render_stack, stack_document
@@ -89,7 +89,7 @@ def test_check_takes_several_stacks_and_fails_if_any_fails(monkeypatch, capsys):
     assert cli.main(["check", "--stack", "dev", "--stack", "dev"]) == cli.EXIT_OK
     assert capsys.readouterr().out.count("dev: PASS") == 2
     verdicts = {"dev": cli.EXIT_OK, "prod-managed": cli.EXIT_VIOLATION}
-    monkeypatch.setattr(cli, "_check_one", lambda stack, args: stack)
+    monkeypatch.setattr(cli, "check_one", lambda stack, args: stack)
     monkeypatch.setattr(cli, "_print_checked", verdicts.get)
     assert cli.main(["check", "--stack", "prod-managed", "--stack", "dev"]) == cli.EXIT_VIOLATION
 
@@ -103,7 +103,7 @@ def _no_latest_images(args, report):
 
 def test_a_mandatory_violation_exits_1_and_lands_in_policy_json(tmp_path, monkeypatch):
     policy = ResourceValidationPolicy("no-v0-20", "test policy", _no_latest_images, EnforcementLevel.MANDATORY)
-    monkeypatch.setattr(cli, "pack_policies", lambda: [policy])
+    monkeypatch.setattr(checking, "pack_policies", lambda: [policy])
     assert cli.main(["render", "--stack", "dev", "--out", str(tmp_path)]) == cli.EXIT_VIOLATION
     violations = json.loads((tmp_path / "policy.json").read_text())["violations"]
     assert violations and violations[0]["policy"] == "no-v0-20" and violations[0]["enforcement"] == "mandatory"
@@ -112,7 +112,7 @@ def test_a_mandatory_violation_exits_1_and_lands_in_policy_json(tmp_path, monkey
 
 def test_advisory_violations_are_reported_but_do_not_fail(tmp_path, monkeypatch):
     policy = ResourceValidationPolicy("no-v0-20", "test policy", _no_latest_images, EnforcementLevel.ADVISORY)
-    monkeypatch.setattr(cli, "pack_policies", lambda: [policy])
+    monkeypatch.setattr(checking, "pack_policies", lambda: [policy])
     assert cli.main(["check", "--stack", "dev"]) == cli.EXIT_OK
 
 
@@ -139,7 +139,7 @@ def test_stack_policies_see_parents_and_dependencies():
 
 
 def test_the_shipped_pack_loads_without_starting_a_server():
-    assert isinstance(cli.pack_policies(), list)
+    assert isinstance(checking.pack_policies(), list)
     assert (ROOT / "policies" / "PulumiPolicy.yaml").is_file()
 
 
