@@ -140,11 +140,14 @@ def test_a_stack_file_that_does_not_parse_is_annotated_where_the_parser_stopped(
 @pytest.mark.parametrize("argv, expected", [
     (["check", "--stack", "dev", "--format", "xml"], "check: unknown --format 'xml'; allowed: text, sarif"),
     (["check", "--stack", "no-such-stack", "--format", "sarif"], "Pulumi.no-such-stack.yaml does not exist"),
+    (["check", "--stack", "dev", "--format", "sarif", "--policy-config", "no-such.json"], "no-such.json does not exist"),
+    (["check", "--stack", "dev", "--format", "x" * 10_000], "unknown --format 'xxxxxxxx"),
 ])
 def test_bad_input_exits_2_with_one_line_and_no_log(argv, expected, capsys):
     assert cli.main(argv) == cli.EXIT_CONFIG
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and expected in captured.err
+    assert len(captured.err) < 300
 
 
 def test_a_problem_in_an_operand_pod_traces_to_the_override_that_sets_the_field():
