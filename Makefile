@@ -23,16 +23,18 @@ check-stacks: $(VENV)/.installed  ## check every stack in stacks/ (two processes
 	@a=$$(mktemp); b=$$(mktemp); i=0; one=; two=; \
 	  for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
 	    if [ $$((i % 2)) -eq 0 ]; then one="$$one --stack $$s"; else two="$$two --stack $$s"; fi; i=$$((i + 1)); done; \
-	  $(PY) -m gpustack check $$one > $$a & first=$$!; \
-	  $(PY) -m gpustack check $$two > $$b; second=$$?; wait $$first; status=$$?; \
+	  PYTHONDONTWRITEBYTECODE= $(PY) -m gpustack check $$one > $$a & first=$$!; \
+	  PYTHONDONTWRITEBYTECODE= $(PY) -m gpustack check $$two > $$b; second=$$?; wait $$first; status=$$?; \
 	  cat $$a $$b | grep -E '^[A-Za-z0-9_.-]+: (PASS|FAIL) |^(schema|apiserver|policy) '; rm -f $$a $$b; \
 	  [ $$status -eq 0 ] && [ $$second -eq 0 ]
 
+# Machines that set PYTHONDONTWRITEBYTECODE would compile the program's modules again in every process the tests
+# start (workers, git-ref renders, real CLI runs); the byte-code caches are git-ignored.
 test: $(VENV)/.installed  ## the test suite (what CI runs): every check, each on its representative stacks
-	$(PY) -m pytest -n 2
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2
 
 test-all: $(VENV)/.installed  ## the test suite plus the matrix cases: every check on every stack it applies to
-	$(PY) -m pytest -n 2 -m ""
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2 -m ""
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/render.py

@@ -105,15 +105,22 @@ def test_a_policy_violation_is_annotated_on_the_key_its_fix_names(tmp_path, caps
         [line_of(path, "maxUnavailable: 50%"), line_of(path, "replicas: 40")])
 
 
-def test_a_fingerprint_survives_lines_added_above_the_finding(tmp_path, capsys):
-    edits = (("maxUnavailable: 2", "maxUnavailable: 50%"), ("replicas: 4", "replicas: 40"))  # the test above's render
-    _, before, _ = check(capsys, str(edited(tmp_path, "prod-managed", *edits)))
-    _, after, _ = check(capsys, str(edited(tmp_path, "prod-managed", *edits,
-                                           ("config:\n", "# reviewed in PR 123\n# and again\nconfig:\n"))))
-    for old, new in zip(before["runs"][0]["results"], after["runs"][0]["results"], strict=True):
-        line = old["locations"][0]["physicalLocation"]["region"]["startLine"]
-        assert new["locations"][0]["physicalLocation"]["region"]["startLine"] == line + 2
-        assert new["partialFingerprints"] == old["partialFingerprints"]
+def test_a_fingerprint_survives_lines_added_above_the_finding():
+    text = (ROOT / "stacks" / "Pulumi.prod-managed.yaml").read_text()
+    finding = findings.Finding("policy/sharing-sane", "error", "40 replicas, outside 2..8", "prod-managed",
+                               keys=("gpu-stack:nodePools[].sharing.replicas",), pools=("inference-l4",),
+                               subject="ConfigMap::nvidia-device-plugin-configs")
+    index = {rule["id"]: i for i, rule in enumerate(sarif.rules())}
+    path = ROOT / "stacks" / "Pulumi.prod-managed.yaml"
+    before = sarif.result(finding, path, KeyLines.of_text(text), index)
+    after = sarif.result(finding, path, KeyLines.of_text("# reviewed in PR 123\n# and again\n" + text), index)
+    line = before["locations"][0]["physicalLocation"]["region"]["startLine"]
+    assert line == line_of(path, "replicas: 4", after="- name: inference-l4")
+    assert after["locations"][0]["physicalLocation"]["region"]["startLine"] == line + 2
+    assert after["partialFingerprints"] == before["partialFingerprints"]
+    # another pool's replicas is another finding
+    other = sarif.result(findings.Finding(**{**finding.__dict__, "pools": ("training-a100",)}), path, KeyLines.of_text(text), index)
+    assert other["partialFingerprints"] != before["partialFingerprints"]
 
 
 def test_an_invalid_stack_is_annotated_at_its_keys_and_the_other_stacks_are_still_checked(tmp_path, capsys):
