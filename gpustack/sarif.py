@@ -3,7 +3,8 @@ Azure DevOps, IDE viewers) turns into an annotation on the stack-file line that 
 
 One run per invocation, whatever the number of stacks: its rules are every check gpu-stack can report (the stack
 configuration, the stack file's syntax, strict schema validation, each API-server rule, each policy of the pack),
-so a rule's id and index stay the same from one run to the next. Each result names its stack file, the line and
+so a rule's id and index stay the same from one run to the next. The log sets no `automationDetails`: the upload
+names its category (the workflow's `category: gpu-stack`). Each result names its stack file, the line and
 column of the key traced by gpustack/findings.py, and a fingerprint that survives edits elsewhere in the file.
 """
 
@@ -143,7 +144,6 @@ def log(findings: Sequence[tuple[Finding, Path, Optional[KeyLines]]]) -> dict[st
         "version": SARIF_VERSION,
         "runs": [{
             "tool": {"driver": {"name": TOOL_NAME, "rules": catalog}},
-            "automationDetails": {"id": "gpustack-check/"},
             "columnKind": "unicodeCodePoints",
             "results": [result(f, path, lines, rule_index) for f, path, lines in findings],
         }],
