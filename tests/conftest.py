@@ -19,14 +19,23 @@ for path in (HERE.parent, HERE):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _diff_renders_through_the_run_cache():
-    """`gpustack diff` renders both sides of each stack file it compares; the same files come back test after test."""
+def _cli_renders_through_the_run_cache():
+    """The CLI under test (`check`, `render`, `diff`, `graph`, the generated pages) renders the same stack configs
+    test after test: a render depends on the stack name, its config and the run options only, so each is run once.
+    Real processes (`python -m gpustack ...` in a subprocess, a git ref's own program) still render for real."""
+    import gpustack.__main__ as cli_module
+    import gpustack.checking as checking_module
     import gpustack.diff as diff_module
+    import gpustack.graph as graph_module
     from stacktest import cached_run_program
 
-    original, diff_module.run_program = diff_module.run_program, cached_run_program
+    modules = (cli_module, checking_module, diff_module, graph_module)
+    originals = [module.run_program for module in modules]
+    for module in modules:
+        module.run_program = cached_run_program
     yield
-    diff_module.run_program = original
+    for module, original in zip(modules, originals, strict=True):
+        module.run_program = original
 
 
 def pytest_configure(config):

@@ -12,20 +12,15 @@ from sarif import loader as sarif_loader
 
 import gpustack.__main__ as cli
 from components.states.order import STATE_NAMES
-from gpustack import checking, findings, sarif
+from gpustack import findings, sarif
 from gpustack.apiserver.engine import RULES as API_RULES, ApiProblem
 from gpustack.keylines import KeyLines
 from gpustack.policyrun import pack_policies
 from gpustack.schema import SchemaProblem
-from stacktest import ROOT, cached_run_program, per_stack, render_stack
+from stacktest import ROOT, per_stack, render_stack
 
 STACK_SCHEMA = json.loads((ROOT / "docs" / "stack.schema.json").read_text())
 LEVELS = {"none", "note", "warning", "error"}
-
-
-@pytest.fixture(autouse=True)
-def _renders_through_the_run_cache(monkeypatch):
-    monkeypatch.setattr(checking, "run_program", cached_run_program)
 
 
 def check(capsys, *stacks: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
