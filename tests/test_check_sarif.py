@@ -3,6 +3,7 @@ and column of the stack-file key that causes it; exit codes and the people's sum
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from sarif import loader as sarif_loader
 
 import gpustack.__main__ as cli
 from components.states.order import STATE_NAMES
-from gpustack import findings, sarif
+from gpustack import findings, render, sarif
 from gpustack.apiserver.engine import RULES as API_RULES, ApiProblem
 from gpustack.keylines import KeyLines
 from gpustack.policyrun import pack_policies
@@ -173,6 +174,31 @@ def test_a_problem_in_an_operand_pod_traces_to_the_override_that_sets_the_field(
         "1.33", "DaemonSet", "nvidia-driver-daemonset-canary", "spec.template.spec.volumes.3: ..."), index)
     assert driver.pools == ("inference-l4",)
     assert lines.locate(list(driver.keys), list(driver.pools)).key == "gpu-stack:nodePools[1].driver"
+
+
+def test_an_object_the_api_server_or_schema_refuses_is_annotated_at_the_override_that_sets_the_field(monkeypatch, tmp_path, capsys):
+    real = render.objects_in_order
+
+    def with_a_bad_env_name_and_a_misspelt_field(recording):
+        for registration, obj in real(recording):
+            if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] == "nvidia-device-plugin-daemonset":
+                obj = copy.deepcopy(obj)
+                container = obj["spec"]["template"]["spec"]["containers"][0]
+                container["env"].append({"name": "1-NOT-A-NAME", "value": "x"})
+                container["resources"]["limit"] = {"memory": "1Gi"}
+            yield registration, obj
+
+    monkeypatch.setattr(render, "objects_in_order", with_a_bad_env_name_and_a_misspelt_field)
+    code, log, err = check(capsys, "prod-managed")
+    assert code == cli.EXIT_VIOLATION and "prod-managed: FAIL" in err
+    assert_code_scanning_accepts(log, tmp_path)
+    path = ROOT / "stacks" / "Pulumi.prod-managed.yaml"
+    located = {(r["ruleId"].split("/")[0], r["properties"].get("key")) for r in log["runs"][0]["results"]}
+    assert ("apiserver", "gpu-stack:operands.devicePlugin.env") in located
+    assert ("kubernetes-schema", "gpu-stack:operands.devicePlugin.resources") in located
+    env_line = line_of(path, "env:", after="    devicePlugin:")
+    assert {r["locations"][0]["physicalLocation"]["region"]["startLine"] for r in log["runs"][0]["results"]
+            if r["properties"].get("key") == "gpu-stack:operands.devicePlugin.env"} == {env_line}
 
 
 def test_a_key_left_at_its_default_is_reported_where_it_would_be_written():
