@@ -10,6 +10,7 @@ import base64
 import contextlib
 import io
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,24 @@ def test_the_cli_exits_2_on_a_refused_stack_file(config, marker):
         stack_file = Path(folder) / "Pulumi.generated.yaml"
         stack_file.write_text(yaml.safe_dump({"config": config}, allow_unicode=True))
         code, out, err = run_cli(["check", "--stack", str(stack_file)])
+        sarif_code, sarif_out, sarif_err = run_cli(["check", "--stack", str(stack_file), "--format", "sarif"])
+        lines = stack_file.read_text().splitlines()
     assert code == EXIT_CONFIG, err[-500:]
     assert "Traceback" not in err and "internal error" not in err, err[-500:]
     # A stack file refused as a whole names the file; one that parses, the keys.
     assert "gpu-stack:" in err or stack_file.name in err, err[-500:]
     assert marker not in out + err
+    # The SARIF form of the same refusal: results only, each at a line of the file, a named key's on its line.
+    assert sarif_code == EXIT_CONFIG and "internal error" not in sarif_err, sarif_err[-500:]
+    results = json.loads(sarif_out)["runs"][0]["results"]
+    assert results and {r["ruleId"] for r in results} <= {"stack-config", "stack-file"}
+    assert marker not in sarif_out
+    for result in results:
+        line = result["locations"][0]["physicalLocation"]["region"]["startLine"]
+        assert 1 <= line <= max(len(lines), 1)
+        last = re.split(r"[.\[]", result["properties"].get("key", ""))[-1]
+        if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", last):
+            assert last in lines[line - 1], (result["properties"]["key"], lines[line - 1])
 
 
 def assert_renders_valid(config: dict[str, Any], stack: str) -> list[dict[str, Any]]:
