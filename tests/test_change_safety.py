@@ -56,9 +56,14 @@ def obj(config: Config, kind: str, name: str) -> str:
     return f"{kind}/{ns(config)}/{name}"
 
 
-def daemonset_of(config: Config) -> dict[str, str]:
+def daemonset_of(config: Config) -> dict[str, frozenset[str]]:
+    """Each driver pool's DaemonSets: one per flavour (per OS, node image or, on OpenShift, RHCOS build)."""
     cfg = loaded(config)
-    return {p.name: cfg.pool_driver(p).daemonset for p in cfg.driver_pools}
+    return {p.name: frozenset(f.daemonset for f in cfg.pool_driver(p).flavours) for p in cfg.driver_pools}
+
+
+def all_daemonsets(config: Config) -> set[str]:
+    return {d for names in daemonset_of(config).values() for d in names}
 
 
 def gated(config: Config) -> set[str]:
@@ -98,7 +103,8 @@ def gates_changed(before: Config, after: Config) -> Expect:
     elif new and not old:
         expect.create |= {obj(after, k, "gpu-stack-wave-gate") for k in WAVE_GATE_RBAC}
         expect.create |= {f"{k}/gpu-stack-wave-gate" for k in WAVE_GATE_CLUSTER_RBAC} | {"driver-waves"}
-    elif old != new or {daemonset_of(before).get(p) for p in old} != {daemonset_of(after).get(p) for p in new}:
+    elif old != new or ({d for p in old for d in daemonset_of(before).get(p, ())}
+                         != {d for p in new for d in daemonset_of(after).get(p, ())}):
         expect.update.add(obj(after, "Role", "gpu-stack-wave-gate"))
     return expect
 
@@ -107,7 +113,7 @@ def drivers_rolled(before: Config, after: Config, pools: set[str]) -> Expect:
     """The driver DaemonSets of `pools` roll to a new template: each is updated in place (the node agents replace
     its pods within the one fleet budget, however many roll in a wave), the node-pools document names its new
     template digest, and the gate after each gated pool re-runs."""
-    daemonsets = {daemonset_of(after)[p] for p in pools}
+    daemonsets = {d for p in pools for d in daemonset_of(after)[p]}
     expect = Expect(update={obj(after, "DaemonSet", d) for d in daemonsets})
     expect.rerun |= {gate(after, p) for p in pools & gated(after)}
     return expect | (pools_document(after) if daemonsets else Expect())
@@ -116,7 +122,7 @@ def drivers_rolled(before: Config, after: Config, pools: set[str]) -> Expect:
 def driver_daemonsets_listed(before: Config, after: Config) -> Expect:
     """The stack gate's Role names every driver DaemonSet, and the node-pools document every pool."""
     expect = Expect()
-    if set(daemonset_of(before).values()) != set(daemonset_of(after).values()) and loaded(after).validation.mode != "off":
+    if all_daemonsets(before) != all_daemonsets(after) and loaded(after).validation.mode != "off":
         expect.update.add(obj(after, "Role", "gpu-stack-validation"))
     return expect
 
@@ -224,7 +230,7 @@ def expect_gates_only(before: Config, after: Config, stack: str) -> Expect:
 
 def expect_pool_added(before: Config, after: Config, stack: str) -> Expect:
     added = _pool_set(after) - _pool_set(before)
-    expect = Expect(create={obj(after, "DaemonSet", daemonset_of(after)[p]) for p in added if p in daemonset_of(after)})
+    expect = Expect(create={obj(after, "DaemonSet", d) for p in added for d in daemonset_of(after).get(p, ())})
     return (
         expect | pools_document(after) | driver_daemonsets_listed(before, after) | gates_changed(before, after)
         | dra_pools_changed(before, after) | dcgm_flavour_changed(before, after, stack)
@@ -233,7 +239,7 @@ def expect_pool_added(before: Config, after: Config, stack: str) -> Expect:
 
 def expect_pool_removed(before: Config, after: Config, stack: str) -> Expect:
     removed = _pool_set(before) - _pool_set(after)
-    expect = Expect(delete={obj(before, "DaemonSet", daemonset_of(before)[p]) for p in removed if p in daemonset_of(before)})
+    expect = Expect(delete={obj(before, "DaemonSet", d) for p in removed for d in daemonset_of(before).get(p, ())})
     return (
         expect
         | pools_document(after)
@@ -249,11 +255,10 @@ def expect_pool_renamed(before: Config, after: Config, stack: str) -> Expect:
     (old,) = _pool_set(before) - _pool_set(after)
     (new,) = _pool_set(after) - _pool_set(before)
     before_ds, after_ds = daemonset_of(before)[old], daemonset_of(after)[new]
-    if before_ds == after_ds:
-        # the same DaemonSet: its pool term names the new pool, a rolling update that keeps the loaded driver
-        expect = Expect(update={obj(after, "DaemonSet", after_ds)})
-    else:
-        expect = Expect(create={obj(after, "DaemonSet", after_ds)}, delete={obj(before, "DaemonSet", before_ds)})
+    # a DaemonSet whose name stays: its pool term names the new pool, a rolling update that keeps the loaded driver
+    expect = Expect(update={obj(after, "DaemonSet", d) for d in before_ds & after_ds},
+                    create={obj(after, "DaemonSet", d) for d in after_ds - before_ds},
+                    delete={obj(before, "DaemonSet", d) for d in before_ds - after_ds})
     return expect | pools_document(after) | driver_daemonsets_listed(before, after) | gates_changed(before, after) | sharing_changed(before, after, stack) | dra_pools_changed(before, after)
 
 
@@ -325,8 +330,8 @@ def expect_cdi(before: Config, after: Config, stack: str) -> Expect:
 def expect_host_switch(before: Config, after: Config, stack: str) -> Expect:
     old, new = daemonset_of(before), daemonset_of(after)
     expect = Expect(
-        create={obj(after, "DaemonSet", new[p]) for p in set(new) - set(old)},
-        delete={obj(before, "DaemonSet", old[p]) for p in set(old) - set(new)},
+        create={obj(after, "DaemonSet", d) for p in set(new) - set(old) for d in new[p]},
+        delete={obj(before, "DaemonSet", d) for p in set(old) - set(new) for d in old[p]},
     )
     driver_state = {obj(before, k, "nvidia-driver") for k in WAVE_GATE_RBAC} | {f"{k}/nvidia-driver" for k in WAVE_GATE_CLUSTER_RBAC}
     driver_state |= {obj(before, "ConfigMap", "nvidia-driver-startup-probe"), "state-driver"}
@@ -460,7 +465,7 @@ def test_a_driver_version_bump_is_safe_on_every_shipped_stack_with_a_managed_dri
     before = stack_config(stack)
     plan = changes.plan(render(before, stack=stack), render(driver_version_bump(before), stack=stack))
     assert (plan.dangers, plan.blocked) == ([], [])
-    assert plan.labels(changes.UPDATE) & {obj(before, "DaemonSet", d) for d in daemonset_of(before).values()}
+    assert plan.labels(changes.UPDATE) & {obj(before, "DaemonSet", d) for d in all_daemonsets(before)}
 
 
 def test_every_shipped_stack_with_a_managed_driver_is_checked():
