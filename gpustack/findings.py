@@ -1,8 +1,9 @@
 """What `gpustack check` found, each traced back to the stack-file keys that cause it, so that a code-scanning
 annotation lands on the line a reviewer has to change (`check --format sarif`).
 
-A finding names candidate keys, best first; gpustack/keylines.py picks the first one the file writes (or the nearest
-key above it). Where the candidates come from:
+A finding names the keys it says to change (`keys`: the first written, or the nearest written parent of one, wins:
+a key at its default is added there) and the keys that decide it (`context`: the first written wins, else the
+nearest parent); gpustack/keylines.py resolves them. Where they come from:
 - a configuration problem names its own key;
 - a policy violation: the keys its message tells the user to change (`fix: set gpu-stack:...`), then the keys that
   decide what the policy judges (POLICY_KEYS), each for the pools the violating object serves or the message names;
@@ -100,7 +101,9 @@ class Finding:
     level: str  # SARIF's: error, warning, note
     message: str
     stack: str
+    # the keys the finding says to change, then the keys that decide it (KeyLines.locate)
     keys: tuple[str, ...] = ()
+    context: tuple[str, ...] = ()
     pools: tuple[str, ...] = ()
     # where the loader itself stopped (a stack file that does not parse): no key to look up
     line: Optional[int] = None
@@ -132,7 +135,7 @@ def violation_finding(stack: str, violation: Violation, recording: Recording, po
     served = _pools_served(registration)
     return Finding(
         POLICY_PREFIX + violation.policy, LEVELS.get(violation.enforcement, "warning"), violation.message, stack,
-        keys=named + POLICY_KEYS.get(violation.policy, ()),
+        keys=named, context=POLICY_KEYS.get(violation.policy, ()),
         pools=tuple(dict.fromkeys(served + _pools_named(violation.message, pools))),
         subject=violation.urn.rsplit("::", 1)[-1],
     )
@@ -186,14 +189,14 @@ def schema_finding(stack: str, problem: SchemaProblem, index: ObjectIndex) -> Fi
     registration, state = index.find(problem.kind, problem.name)
     path = problem.message.split(":", 1)[0]
     return Finding(SCHEMA_RULE, "error", f"Kubernetes {problem.kubernetes_version} {problem.kind}/{problem.name}: {problem.message}",
-                   stack, keys=_object_keys(registration, state, path), pools=tuple(_pools_served(registration)),
+                   stack, context=_object_keys(registration, state, path), pools=tuple(_pools_served(registration)),
                    subject=f"{problem.kind}/{problem.name}:{path}")
 
 
 def api_finding(stack: str, problem: ApiProblem, index: ObjectIndex) -> Finding:
     registration, state = index.find(problem.kind, problem.name)
     return Finding(APISERVER_PREFIX + problem.rule, "error", str(problem), stack,
-                   keys=_object_keys(registration, state, problem.path), pools=tuple(_pools_served(registration)),
+                   context=_object_keys(registration, state, problem.path), pools=tuple(_pools_served(registration)),
                    subject=f"{problem.kind}/{problem.name}:{problem.path}")
 
 

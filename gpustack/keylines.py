@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -120,15 +120,16 @@ class KeyLines:
             return None
         return f"{POOLS_KEY}[{self.pools.index(pool)}]{key[len(ANY_POOL):]}"
 
-    def locate(self, candidates: list[str], pools: list[str]) -> Optional[Position]:
-        """The first candidate key the file writes; else the first one's nearest written ancestor. Keys of one pool
-        (`gpu-stack:nodePools[]...`) are tried for each of `pools` in turn."""
-        concrete: list[str] = []
-        for key in candidates:
-            if key.startswith(ANY_POOL):
-                concrete += [k for k in (self.for_pool(key, pool) for pool in pools) if k]
-            else:
-                concrete.append(key)
+    def locate(self, keys: Sequence[str], context: Sequence[str], pools: Sequence[str]) -> Optional[Position]:
+        """Where a finding belongs. `keys` say what to change: the first that the file writes, or whose nearest
+        written parent exists, wins (a key left at its default is added under that parent). `context` are the keys
+        that decide the finding: the first one written, else the first one's nearest written parent. Keys of one
+        pool (`gpu-stack:nodePools[]...`) are tried for each of `pools` in turn."""
+        for key in self._concrete(keys, pools):
+            found = self.nearest(key)
+            if found is not None:
+                return found
+        concrete = self._concrete(context, pools)
         for key in concrete:
             if key in self._positions:
                 return self._positions[key]
@@ -137,3 +138,12 @@ class KeyLines:
             if found is not None:
                 return found
         return None
+
+    def _concrete(self, keys: Sequence[str], pools: Sequence[str]) -> list[str]:
+        concrete: list[str] = []
+        for key in keys:
+            if key.startswith(ANY_POOL):
+                concrete += [k for k in (self.for_pool(key, pool) for pool in pools) if k]
+            else:
+                concrete.append(key)
+        return concrete

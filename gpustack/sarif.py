@@ -113,7 +113,7 @@ def _fingerprint(finding: Finding, key: str) -> str:
 
 
 def result(finding: Finding, path: Path, lines: Optional[KeyLines], rule_index: dict[str, int]) -> dict[str, Any]:
-    position = lines.locate(list(finding.keys), list(finding.pools)) if lines is not None else None
+    position = lines.locate(finding.keys, finding.context, finding.pools) if lines is not None else None
     if position is not None:
         region = {"startLine": position.line, "startColumn": position.column,
                   "endLine": position.end_line, "endColumn": position.end_column}
@@ -122,7 +122,7 @@ def result(finding: Finding, path: Path, lines: Optional[KeyLines], rule_index: 
         region, key = {"startLine": finding.line or 1}, ""
     message = finding.message
     wanted = finding.keys[0] if finding.keys else ""
-    if key and wanted and "[]" not in wanted and wanted != key and wanted.startswith(key):
+    if key and wanted and "[]" not in wanted and wanted.startswith((key + ".", key + "[")):
         message += f" ({wanted} is not set in this file: its default applies)"
     return {
         "ruleId": finding.rule,

@@ -162,18 +162,18 @@ def test_a_problem_in_an_operand_pod_traces_to_the_override_that_sets_the_field(
     env = findings.api_finding("prod-managed", ApiProblem(
         "DaemonSet", "nvidia-device-plugin-daemonset", "gpu-operator", "spec.template.spec.containers[0].env[1].name",
         "env-var-name", "validation.ValidateEnv", "a valid environment variable name must ..."), index)
-    assert env.keys[0] == "gpu-stack:operands.devicePlugin.env"
-    assert lines.locate(list(env.keys), list(env.pools)).line == line_of(path, "env:", after="    devicePlugin:")
+    assert env.context[0] == "gpu-stack:operands.devicePlugin.env"
+    assert lines.locate(env.keys, env.context, env.pools).line == line_of(path, "env:", after="    devicePlugin:")
 
     limits = findings.schema_finding("prod-managed", SchemaProblem(
         "1.33", "DaemonSet", "nvidia-dcgm-exporter", "spec.template.spec.containers.0.resources.limits: ..."), index)
-    assert lines.locate(list(limits.keys), []).key == "gpu-stack:operands.dcgmExporter.resources"
+    assert lines.locate(limits.keys, limits.context, []).key == "gpu-stack:operands.dcgmExporter.resources"
 
     # a driver DaemonSet's problem with no override behind it lands on its pool's driver block
     driver = findings.schema_finding("prod-managed", SchemaProblem(
         "1.33", "DaemonSet", "nvidia-driver-daemonset-canary", "spec.template.spec.volumes.3: ..."), index)
     assert driver.pools == ("inference-l4",)
-    assert lines.locate(list(driver.keys), list(driver.pools)).key == "gpu-stack:nodePools[1].driver"
+    assert lines.locate(driver.keys, driver.context, driver.pools).key == "gpu-stack:nodePools[1].driver"
 
 
 def test_an_object_the_api_server_or_schema_refuses_is_annotated_at_the_override_that_sets_the_field(monkeypatch, tmp_path, capsys):
@@ -204,8 +204,16 @@ def test_an_object_the_api_server_or_schema_refuses_is_annotated_at_the_override
 def test_a_key_left_at_its_default_is_reported_where_it_would_be_written():
     lines = KeyLines.of_text("config:\n  gpu-stack:upgrade:\n    waves: []\n  gpu-stack:nodePools:\n    - name: a\n    - name: b\n")
     assert lines.nearest("gpu-stack:upgrade.maxUnavailable").key == "gpu-stack:upgrade"
-    assert lines.locate(["gpu-stack:nodePools[].sharing.replicas"], ["b"]).key == "gpu-stack:nodePools[1]"
-    assert lines.locate(["gpu-stack:nodePools[].sharing.replicas"], ["no-such-pool"]) is None
+    assert lines.locate(["gpu-stack:nodePools[].sharing.replicas"], [], ["b"]).key == "gpu-stack:nodePools[1]"
+    assert lines.locate(["gpu-stack:nodePools[].sharing.replicas"], [], ["no-such-pool"]) is None
+    # the key a finding says to change beats a written key that only decides it: the annotation goes where the
+    # reviewer adds the missing key, with the message saying its default applies
+    assert lines.locate(["gpu-stack:upgrade.maxUnavailable"], ["gpu-stack:upgrade.waves"], []).key == "gpu-stack:upgrade"
+    assert lines.locate([], ["gpu-stack:upgrade.maxUnavailable", "gpu-stack:upgrade.waves"], []).key == "gpu-stack:upgrade.waves"
+    finding = findings.Finding("policy/upgrade-safety", "error", "budget", "s", keys=("gpu-stack:upgrade.maxUnavailable",))
+    index = {rule["id"]: i for i, rule in enumerate(sarif.rules())}
+    message = sarif.result(finding, Path("Pulumi.s.yaml"), lines, index)["message"]["text"]
+    assert message.endswith("(gpu-stack:upgrade.maxUnavailable is not set in this file: its default applies)")
     assert lines.nearest("gpu-stack:dra.featureGates") is None
 
 
