@@ -96,7 +96,12 @@ def _call(forge: Forge, method: str, url: str, body: Optional[dict[str, Any]] = 
                            f"{error.code}: {detail}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as error:
         raise CommentError(f"comment: {forge.name} API unreachable: {getattr(error, 'reason', error)}") from None
-    return json.loads(text) if text else None
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        # a proxy's or login page's HTML, say: the API was not the one that answered
+        raise CommentError(f"comment: {forge.name} answered {method} {urllib.parse.urlsplit(url).path} with "
+                           f"something other than JSON: {' '.join(text.split())[:80]!r}") from None
 
 
 def _existing(forge: Forge, marker: str) -> Optional[Any]:

@@ -26,6 +26,7 @@ class FakeForge(ThreadingHTTPServer):
         self.comments: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.refuse = 0
+        self.html = False
 
     @property
     def collection(self) -> str:
@@ -61,6 +62,12 @@ class Handler(BaseHTTPRequestHandler):
         forge.requests.append((self.command, url.path))
         authorized = (self.headers.get("Authorization") == "Bearer t0ken" if forge.kind == "github"
                       else self.headers.get("PRIVATE-TOKEN") == "t0ken")
+        if forge.html:
+            data = b"<html><body>Sign in to continue</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data)
         if not authorized or forge.refuse:
             return self._answer(forge.refuse or 401, {"message": "Resource not accessible by integration"})
         length = int(self.headers.get("Content-Length") or 0)
@@ -151,6 +158,13 @@ def test_a_refusing_host_exits_2_with_one_line_that_never_shows_the_token(forge,
     code, out, err = comment(monkeypatch, capsys, forge.env(tmp_path), body(tmp_path, "dev", 1))
     assert code == cli.EXIT_CONFIG and out == "" and len(err.strip().splitlines()) == 1
     assert "answered GET" in err and "403" in err and "t0ken" not in err
+
+
+def test_a_page_that_is_not_the_api_exits_2_with_one_line(forge, tmp_path, monkeypatch, capsys):
+    forge.html = True
+    code, out, err = comment(monkeypatch, capsys, forge.env(tmp_path), body(tmp_path, "dev", 1))
+    assert code == cli.EXIT_CONFIG and out == "" and len(err.strip().splitlines()) == 1
+    assert "something other than JSON" in err and "Sign in" in err
 
 
 @pytest.mark.parametrize("env, expected", [
