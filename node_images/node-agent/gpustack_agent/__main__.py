@@ -1,4 +1,5 @@
-"""Command line entry point: ``python -m gpustack_agent {label,inventory,wait-validated,wait-for-completion}``.
+"""Command line entry point:
+``python -m gpustack_agent {label,inventory,coordinate,wait-validated,wait-for-completion}``.
 
 Settings come from environment variables rather than flags because every mode is
 started from pod specs that the Pulumi program generates, where env (with the
@@ -25,7 +26,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import completion, configfile, gate, inventory, kube, labels, labelcheck, pacer
+from . import completion, configfile, coordinator, gate, inventory, kube, labels, labelcheck, pacer
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60
@@ -62,6 +63,16 @@ INVENTORY_HELP = f"""environment:
 
 The container needs NVML: the NVIDIA runtime with NVIDIA_VISIBLE_DEVICES=all and
 NVIDIA_DRIVER_CAPABILITIES=utility, or the driver's libraries and /dev/nvidia* mounted.
+"""
+COORDINATE_HELP = f"""environment:
+  CONFIG_FILE      node-pools config, re-read every {coordinator.TICK_SECONDS:g} s (default {DEFAULT_CONFIG_FILE});
+                   its `removal` block is the budget, `removal.namespace` where the budget ConfigMap
+                   and the driver DaemonSets are
+
+Grants the fleet's disruption budget (the ConfigMap gpu-stack-upgrade-budget) to the nodes that
+need it, first come first served: nodes whose agents asked (gpu-stack/slot-request) and nodes
+whose driver pod is older than their DaemonSet's newest revision (gpu-stack/driver-revision).
+A document without `removal` (version 1) has nothing to coordinate: exit 2.
 """
 GATE_HELP = f"""environment:
   NAMESPACE        (required) namespace of the nvidia-operator-validator pods
@@ -219,6 +230,15 @@ class LabelSettings:
 
 
 @dataclass(frozen=True)
+class CoordinateSettings:
+    config_file: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "CoordinateSettings":
+        return cls(config_file=env.get("CONFIG_FILE", "").strip() or DEFAULT_CONFIG_FILE)
+
+
+@dataclass(frozen=True)
 class GateSettings:
     namespace: str
     timeout_seconds: int
@@ -296,14 +316,14 @@ def read_own_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None
 read_config = configfile.read_config
 
 
-def _config_source(settings: "LabelSettings", command: str) -> configfile.ConfigSource | None:
-    """The config of a `label` or `inventory` run, read once before the loop starts: a document that cannot be
-    used at startup is a bad setting (None, exit 2); one that turns bad later keeps the last good one."""
-    source = configfile.ConfigSource(settings.config_file, node_name=settings.node_name, log=log_json)
+def _config_source(config_file: str, node_name: str, command: str) -> configfile.ConfigSource | None:
+    """The config of a `label`, `inventory` or `coordinate` run, read once before the loop starts: a document that
+    cannot be used at startup is a bad setting (None, exit 2); one that turns bad later keeps the last good one."""
+    source = configfile.ConfigSource(config_file, node_name=node_name, log=log_json)
     try:
         source.load()
     except labels.ConfigError as exc:
-        log_json({"level": "error", "event": "config-invalid", "command": command, "node": settings.node_name,
+        log_json({"level": "error", "event": "config-invalid", "command": command, "node": node_name,
                   "error": str(exc)})
         return None
     return source
@@ -335,7 +355,7 @@ def _build_parser() -> argparse.ArgumentParser:
                      "or lets a node's jobs finish before its driver is swapped."),
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{label,inventory,wait-validated,wait-for-completion}"
+        dest="command", required=True, metavar="{label,inventory,coordinate,wait-validated,wait-for-completion}"
     )
     commands.add_parser(
         "label",
@@ -347,6 +367,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "inventory",
         help="annotate this node with its GPUs (NVML) and their drift from its pool (DaemonSet)",
         epilog=INVENTORY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_parser(
+        "coordinate",
+        help="grant the fleet's disruption budget to nodes in the order they need it (Deployment)",
+        epilog=COORDINATE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands.add_parser(
@@ -367,26 +393,51 @@ def _build_parser() -> argparse.ArgumentParser:
 Clients = Callable[[], tuple[Any, Any, Any, Any]]
 
 
+def run_label_agent(core: Any, apps: Any, *, node_name: str, load_config: Callable[[], Any], resync_seconds: int,
+                    log: kube.Log, now: Callable[[], datetime.datetime] = pacer.utc_now, **loop: Any) -> None:
+    """The `label` loop as the agent runs it: its Pacer wired to the loop's clock and randomness. The benchmark
+    runs exactly this, with a fake API server, virtual time and green threads passed as ``loop``'s keywords
+    (``clock``, ``rng``, ``sleep``, ``stop``, ``watch_events``, ``watch_pods``)."""
+    reconcile = pacer.Pacer(core, apps, node_name=node_name, log=log, now=now,
+                            **{k: loop[k] for k in ("clock", "rng") if k in loop})
+    kube.run_label_loop(core, node_name=node_name, load_config=load_config, resync_seconds=resync_seconds, log=log,
+                        reconcile=reconcile, **loop)
+
+
 def _run_label(settings: LabelSettings, clients: Clients) -> int:
-    source = _config_source(settings, "label")
+    source = _config_source(settings.config_file, settings.node_name, "label")
     if source is None:
         return EXIT_USAGE
     core, _, apps, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "label", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
-    kube.run_label_loop(
-        core,
-        node_name=settings.node_name,
-        load_config=source.load,
-        resync_seconds=settings.resync_seconds,
-        log=log_json,
-        reconcile=pacer.Pacer(core, apps, node_name=settings.node_name, log=log_json),
-    )
+    run_label_agent(core, apps, node_name=settings.node_name, load_config=source.load,
+                    resync_seconds=settings.resync_seconds, log=log_json)
+    return EXIT_OK
+
+
+def _run_coordinate(settings: CoordinateSettings, clients: Clients) -> int:
+    source = _config_source(settings.config_file, "", "coordinate")
+    if source is None:
+        return EXIT_USAGE
+    rules = source.load().removal
+    if rules is None:
+        log_json({"level": "error", "event": "config-invalid", "command": "coordinate",
+                  "error": "a version 1 node-pools document has no `removal` budget to coordinate"})
+        return EXIT_USAGE
+    core, _, apps, _ = clients()
+    log_json({"level": "info", "event": "starting", "command": "coordinate", "configFile": settings.config_file,
+              "namespace": rules.namespace})
+    try:
+        coordinator.run(core, apps, namespace=rules.namespace, load_config=source.load, log=log_json)
+    except coordinator.Fatal as exc:
+        log_json({"level": "error", "event": "fatal", "command": "coordinate", "error": str(exc)})
+        return EXIT_FAILED
     return EXIT_OK
 
 
 def _run_inventory(settings: LabelSettings, clients: Clients) -> int:
-    source = _config_source(settings, "inventory")
+    source = _config_source(settings.config_file, settings.node_name, "inventory")
     if source is None:
         return EXIT_USAGE
     core, _, _, _ = clients()
@@ -449,10 +500,12 @@ def main(
 ) -> int:
     args = _build_parser().parse_args(argv)
     env = os.environ if environ is None else environ
-    settings: LabelSettings | GateSettings | WaitSettings
+    settings: LabelSettings | GateSettings | WaitSettings | CoordinateSettings
     try:
         if args.command in ("label", "inventory"):
             settings = LabelSettings.from_env(env)
+        elif args.command == "coordinate":
+            settings = CoordinateSettings.from_env(env)
         elif args.command == "wait-for-completion":
             settings = WaitSettings.from_env(env)
         else:
@@ -469,12 +522,14 @@ def main(
             return _run_gate(settings, clients)
         if isinstance(settings, WaitSettings):
             return _run_wait(settings, clients)
+        if isinstance(settings, CoordinateSettings):
+            return _run_coordinate(settings, clients)
         if args.command == "inventory":
             return _run_inventory(settings, clients)
         return _run_label(settings, clients)
     except Shutdown:
         log_json({"level": "info", "event": "stopping", "command": args.command, "signal": "SIGTERM"})
-        # A gate or a wait stopped before its end did not do its job; the label and inventory loops did.
+        # A gate or a wait stopped before its end did not do its job; the label, inventory and coordinate loops did.
         return EXIT_TERMINATED if isinstance(settings, (GateSettings, WaitSettings)) else EXIT_OK
     except (ApiException, urllib3.exceptions.HTTPError, ConfigException) as exc:
         # Reached only for errors retrying cannot fix (e.g. 403, 404); failing makes

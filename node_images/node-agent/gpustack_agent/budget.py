@@ -1,15 +1,18 @@
 """The fleet's one disruption budget: which nodes may be out of service for a change gpu-stack makes.
 
-Every disruption the agent causes (a driver upgrade, a handover to another driver DaemonSet, a deploy label
+Every disruption the agents cause (a driver upgrade, a handover to another driver DaemonSet, a deploy label
 removal, a MIG relayout) holds a slot for its whole duration. The slots are the entries of one ConfigMap,
-``gpu-stack-upgrade-budget`` in the operands' namespace: ``data[<node name>]`` is the node's slot. Every write
-to it is a compare-and-swap on its resourceVersion, so however many agents race, the API server admits a new
-holder only against the holders that really exist, and the budget is never exceeded:
+``gpu-stack-upgrade-budget`` in the operands' namespace: ``data[<node name>]`` is the node's slot. A slot is
+granted by the upgrade coordinator (:mod:`.coordinator`) with a compare-and-swap on the ConfigMap's
+resourceVersion, so however many coordinators run for a moment (a Deployment rolling) and whatever agents before
+0.8.0 still take for themselves, the API server admits a new holder only against the holders that really exist,
+and the budget is never exceeded:
 
-- no clock decides anything: a slot has no expiry. It is freed by its holder once the node's change finished
-  (found again after a restart or a lost response, since the holder is named by the node), by any agent when
-  the holder's Node no longer exists, or by an operator (``kubectl edit``). A node that died mid-change is out
-  of service and keeps counting, as the operator's upgrade controller counts a node stuck in its state machine;
+- no clock decides anything: a slot has no expiry. It is given back by its holder once the node's change finished
+  (found again after a restart or a lost response, since the holder is named by the node), freed by the coordinator
+  when the holder's Node no longer exists or its grant never reached a node that no longer wants it, or by an
+  operator (``kubectl edit``). A node that died mid-change is out of service and keeps counting, as the operator's
+  upgrade controller counts a node stuck in its state machine;
 - a budget that shrinks (``maxUnavailable`` lowered, a percentage of fewer nodes) admits nobody until the
   holders are below it; holders already in progress finish;
 - a holder marked ``failed`` (its new driver never became ready) stops every new admission until it is fixed.
@@ -26,11 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 NAME = "gpu-stack-upgrade-budget"
-# How many GPU nodes with a managed driver a percentage resolves against, and when it was counted (informational:
-# whether the count is stale is judged on the reader's own monotonic clock, never against this time).
+# How many GPU nodes with a managed driver a percentage resolved against when the coordinator last granted a slot
+# (informational: the coordinator counts them from its own watch of the nodes).
 GPU_NODES_ANNOTATION = "gpu-stack/gpu-nodes"
-COUNT_EPOCH_ANNOTATION = "gpu-stack/count-epoch"
-COUNTED_AT_ANNOTATION = "gpu-stack/counted-at"
 
 # Why a node holds a slot.
 DRIVER_UPGRADE, DRIVER_HANDOVER, LABEL_REMOVAL, MIG_RELAYOUT = "driver-upgrade", "driver-handover", "label-removal", "mig-relayout"
@@ -79,12 +80,11 @@ def holders(budget: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     return result
 
 
-def gpu_nodes(budget: Mapping[str, Any] | None) -> tuple[int | None, str | None]:
-    """The stored count of GPU nodes and its epoch (which changes with every recount); (None, None) without one."""
+def gpu_nodes(budget: Mapping[str, Any] | None) -> int | None:
+    """The stored count of GPU nodes, None without one."""
     annotations = ((budget or {}).get("metadata") or {}).get("annotations") or {}
     raw = annotations.get(GPU_NODES_ANNOTATION)
-    count = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 7 else None
-    return count, annotations.get(COUNT_EPOCH_ANNOTATION) if count is not None else None
+    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 7 else None
 
 
 def failed_holders(budget: Mapping[str, Any] | None) -> list[str]:
@@ -104,54 +104,49 @@ def decide(budget: Mapping[str, Any] | None, node: str, limits: Limits, count: i
     return ACQUIRE if len(current) < limits.slots(count) else FULL
 
 
-def _record(reason: str, now: datetime.datetime, **extra: Any) -> str:
+def record(reason: str, now: datetime.datetime, **extra: Any) -> str:
+    """A slot record as the budget holds it: why, since when (informational), and what the grant was for."""
     return json.dumps({"reason": reason, "since": format_time(now), **extra}, sort_keys=True, separators=(",", ":"))
 
 
-def _base(budget: Mapping[str, Any] | None, namespace: str) -> dict[str, Any]:
+def create_body(namespace: str, node: str, slot: str, count: int | None = None) -> dict[str, Any]:
+    """The budget ConfigMap as the first grant creates it (Pulumi never declares it: an update would reset the
+    slots in use)."""
     metadata: dict[str, Any] = {"name": NAME, "namespace": namespace}
-    current_metadata = (budget or {}).get("metadata") or {}
-    for key in ("resourceVersion", "labels", "annotations"):
-        if current_metadata.get(key):
-            metadata[key] = dict(current_metadata[key]) if isinstance(current_metadata[key], dict) else current_metadata[key]
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict((budget or {}).get("data") or {})}
-
-
-def with_holder(budget: Mapping[str, Any] | None, namespace: str, node: str, reason: str, now: datetime.datetime,
-                count: tuple[int, str] | None = None, **extra: Any) -> dict[str, Any]:
-    """The budget with ``node`` holding a slot for ``reason``; ``count`` (gpu nodes, epoch) replaces the stored
-    count. The resourceVersion read goes with it: a write against a stale read gets 409."""
-    body = _base(budget, namespace)
-    body["data"][node] = _record(reason, now, **extra)
     if count is not None:
-        annotations = body["metadata"].setdefault("annotations", {})
-        annotations[GPU_NODES_ANNOTATION] = str(count[0])
-        annotations[COUNT_EPOCH_ANNOTATION] = count[1]
-        annotations[COUNTED_AT_ANNOTATION] = format_time(now)
-    return body
+        metadata["annotations"] = {GPU_NODES_ANNOTATION: str(count)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {node: slot}}
 
 
-def without(budget: Mapping[str, Any], namespace: str, nodes: set[str]) -> dict[str, Any]:
-    body = _base(budget, namespace)
-    for node in nodes:
-        body["data"].pop(node, None)
-    return body
+def _resource_version(budget: Mapping[str, Any]) -> str | None:
+    return (budget.get("metadata") or {}).get("resourceVersion")
 
 
-def marked_failed(budget: Mapping[str, Any], namespace: str, node: str, why: str) -> dict[str, Any]:
-    body = _base(budget, namespace)
-    record = holders(budget).get(node, {"reason": "unknown"})
-    body["data"][node] = json.dumps({**record, "failed": why[:200]}, sort_keys=True, separators=(",", ":"))
-    return body
+def grant_patch(budget: Mapping[str, Any], node: str, slot: str, count: int | None = None) -> dict[str, Any]:
+    """A JSON merge patch giving ``node`` the slot ``slot``, carrying the resourceVersion of ``budget`` as read:
+    the API server applies it only if nobody wrote the budget since (409 otherwise), so holders are admitted only
+    against the holders that really exist. ``count`` updates the stored count of GPU nodes (what a percentage
+    resolved against) for whoever reads the ConfigMap."""
+    metadata: dict[str, Any] = {"resourceVersion": _resource_version(budget)}
+    if count is not None and gpu_nodes(budget) != count:
+        metadata["annotations"] = {GPU_NODES_ANNOTATION: str(count)}
+    return {"metadata": metadata, "data": {node: slot}}
 
 
-def cleared_failure(budget: Mapping[str, Any], namespace: str, node: str) -> dict[str, Any]:
-    body = _base(budget, namespace)
-    record = {k: v for k, v in holders(budget).get(node, {}).items() if k != "failed"}
-    body["data"][node] = json.dumps(record, sort_keys=True, separators=(",", ":"))
-    return body
+def release_patch(nodes: set[str] | frozenset[str]) -> dict[str, Any]:
+    """A JSON merge patch removing the slots of ``nodes``: no resourceVersion, since removing a slot can never
+    admit one too many and removing one that is already gone changes nothing (a lost answer is harmless)."""
+    return {"data": {node: None for node in sorted(nodes)}}
 
 
-def next_epoch(budget: Mapping[str, Any] | None) -> str:
-    _, epoch = gpu_nodes(budget)
-    return str(int(epoch) + 1) if epoch and epoch.isdigit() and len(epoch) < 12 else "1"
+def mark_patch(budget: Mapping[str, Any], node: str, why: str | None) -> dict[str, Any] | None:
+    """A compare-and-swap patch marking ``node``'s slot failed (``why``) or clearing the mark (None); None when
+    there is nothing to change (no such slot, or already so)."""
+    current = holders(budget).get(node)
+    if current is None or bool(current.get("failed")) == (why is not None):
+        return None
+    changed = {k: v for k, v in current.items() if k != "failed"}
+    if why is not None:
+        changed["failed"] = why[:200]
+    return {"metadata": {"resourceVersion": _resource_version(budget)},
+            "data": {node: json.dumps(changed, sort_keys=True, separators=(",", ":"))}}

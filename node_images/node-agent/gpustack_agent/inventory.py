@@ -181,9 +181,10 @@ class Inventory:
         }
         if len(groups) > 1:
             summary["models"] = {label: len(gpus) for label, gpus in groups.items()}
-        layouts = {json.dumps(dict(g.mig_devices), sort_keys=True) for g in self.gpus}
-        if self.mig_mode == "enabled" and len(layouts) == 1:
-            summary["migDevices"] = json.loads(layouts.pop())
+        if self.mig_mode == "enabled":
+            layouts = {json.dumps(dict(g.mig_devices), sort_keys=True) for g in self.gpus}
+            if len(layouts) == 1:
+                summary["migDevices"] = json.loads(layouts.pop())
         return summary
 
 

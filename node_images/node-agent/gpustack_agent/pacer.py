@@ -1,21 +1,27 @@
 """One node's disruptions, paced by the fleet's budget: the requests behind :mod:`.removal` and :mod:`.upgrade`.
 
 A :class:`Pacer` is the label loop's reconcile for one node (``kube.run_label_loop(reconcile=pacer)``). With a
-version 1 config it applies every change at once, as agents before 0.4.0 did. With ``removal`` (versions 2 and 3)
-each change that takes the node (or part of it) out of service waits for a slot of the budget (:mod:`.slots`):
+version 1 config it applies every change at once, as agents before 0.4.0 did. With ``removal`` (versions 2 to 4)
+each change that takes the node (or part of it) out of service waits for a slot of the budget, which the upgrade
+coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`):
 
 - label changes (:func:`removal.plan`): what needs no slot is applied at once; a deploy label removal, a driver
-  handover or a MIG relayout takes a slot, waits for GPU work to end (or drains it, cordoned first), is applied,
-  and holds the slot until the node is through (:func:`removal.hold_reasons`);
-- a driver upgrade (version 3, ``driverUpgrade: rolling``): when the node's driver pod is out of date
-  (:mod:`.upgrade`), the node takes a slot, is cordoned, its GPU pods are evicted (or waited for), its driver pod
-  is deleted so that the OnDelete DaemonSet creates the new one, and once that one is Ready (its readiness probe
-  waits for the validator) the node is uncordoned and the slot given back. A new driver not Ready within
-  ``nodeReadyTimeoutSeconds`` leaves the node cordoned and its slot marked failed, which halts the rollout.
+  handover or a MIG relayout is asked for. With the slot in hand the node is cordoned first, so that no pod bound
+  after the agent looked loses its operands, then its GPU work is waited for or drained (a handover and a relayout
+  as a driver upgrade: evicted with ``gpuPodEviction`` or ``drain``; a removal evicts only with ``drain``, and
+  without it gives the slot back while GPU work runs and asks again once it ended), the change is applied, and the
+  slot is held until the node is through (:func:`removal.hold_reasons`);
+- a driver upgrade (version 3, ``driverUpgrade: rolling``) is granted without being asked: the coordinator sees
+  the node's driver pod is out of date from the ``gpu-stack/driver-revision`` label the agent keeps. The node is
+  cordoned, its GPU pods evicted (or waited for), its driver pod deleted so that the OnDelete DaemonSet creates the
+  new one, and once that one is Ready (its readiness probe waits for the validator) the node is uncordoned and the
+  slot given back. A new driver not Ready within ``nodeReadyTimeoutSeconds`` leaves the node cordoned and its slot
+  marked failed, which halts the rollout.
 
-A node shows its step in ``gpu-stack/upgrade-state``. Waiting costs the API server almost nothing: a waiting node
-reads the budget on its own jittered timer (:func:`slots.waiting_poll_seconds`) or when a node that freed a slot
-wakes it, never on every event of its Node; an idle node sends no request at all in a pass.
+A node shows its step in ``gpu-stack/upgrade-state`` (:data:`upgrade.STATES`). Waiting costs the API server
+nothing: a node that asked for a slot reads nothing until its grant arrives on its own Node, which it watches
+anyway; a holder follows its pods from one list and a watch (:class:`.podwatch.PodCache`), judging every pod event
+without a read.
 """
 
 from __future__ import annotations
@@ -24,30 +30,52 @@ import datetime
 import json
 import random
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes.client.exceptions import ApiException
 
-from . import budget, kube, labels, removal, slots, upgrade
+from . import budget, grants, kube, labels, podwatch, removal, slots, upgrade
 from . import pods as podinfo
 
 Now = Callable[[], datetime.datetime]
-# An idle node looks at its pods (orphaned driver pods, an outdated driver) this often even without a reason: the
-# safety net under the config digest and the node's own events, which normally say when to look.
+# An idle node looks at its pods (orphaned driver pods, its driver pod's revision) this often even without a
+# reason: the safety net under the config and the node's own events, which normally say when to look.
 RECHECK_SECONDS = 1800.0
-# While a holder waits for something the DaemonSet controller or the kubelet does (pods leaving, the new driver
-# getting Ready), it watches its node's pods and looks again on their events; this bound is only the safety net,
-# kept long so that 1,000 holders re-establish their watches at under 2 requests/s.
-HOLD_WATCH_SECONDS = 600
+# A holder (or a node waiting for GPU work to end) watches its pods and judges every event of them; this bound is
+# only the safety net that re-establishes the watch, long so that 1,000 holders cost about one request a second.
+HOLD_WATCH_SECONDS = 1800.0
 
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+@dataclass
+class Hold:
+    """A slot this node holds: what it was granted for, and how far the change has come."""
+
+    reason: str
+    # None: a slot an agent before 0.8.0 took for itself, resumed after the upgrade.
+    grant: str | None
+    # A driver upgrade's target, as the coordinator granted it (None: the node's own label and config say).
+    daemonset: str | None = None
+    digest: str | None = None
+    failed: bool = False
+    drain_started: float | None = None
+    restart_started: float | None = None
+    evicted: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":
+        return cls(reason=str(record.get("reason") or budget.LABEL_REMOVAL), grant=grant,
+                   daemonset=record.get(grants.DAEMONSET_KEY) or None, digest=record.get(grants.DIGEST_KEY) or None,
+                   failed=bool(record.get("failed")))
+
+
 class Pacer:
     """Reconciles one node, pacing its disruptions; keeps between passes what it learnt (its slot, the driver
-    DaemonSets' current revisions, the pods it evicted) and when it next needs to look."""
+    DaemonSets' current revisions, the node's pods while it watches them) and when it next needs to look."""
 
     def __init__(self, core: Any, apps: Any, *, node_name: str, log: kube.Log, now: Now = utc_now,
                  clock: Callable[[], float] = time.monotonic, rng: Callable[[], float] = random.random) -> None:
@@ -58,241 +86,265 @@ class Pacer:
         self.now = now
         self.clock = clock
         self.rng = rng
-        self.slots = slots.Slots(core, node_name=node_name, log=log, now=now, clock=clock, rng=rng)
-        # The reason of the slot this node holds; None while it holds none.
-        self.holding: str | None = None
-        self.resumed = False
-        self.revisions: dict[tuple[str, str], str] = {}
-        self.config_digests: dict[tuple[str, str], str | None] = {}
-        self.evicted: set[str] = set()
-        self._drain_started: float | None = None
-        self._restart_started: float | None = None
-        self._failed = False
-        self._next_poll = 0.0
-        self._next_check = 0.0
-        self._wake_seen: str | None = None
-        self._wake_looked: str | None = None
+        self.slots = slots.Slots(core, node_name=node_name, log=log)
+        self.pods = podwatch.PodCache(core, node_name)
+        self.node: dict[str, Any] | None = None
+        self.hold: Hold | None = None
+        self._resumed = False
         self._checked_config: labels.Config | None = None
-        self._pods_cache: list[dict[str, Any]] | None = None
-        self.pods_version: str | None = None
+        self._next_check = 0.0
+        # (DaemonSet, template digest) -> (current revision, its DRIVER_CONFIG_DIGEST)
+        self._revisions: dict[tuple[str, str], tuple[str, str | None]] = {}
         self._last_notice: tuple[str, str] | None = None
 
-    def __call__(self, node: Mapping[str, Any], config_data: Any) -> bool:
-        """Reconcile ``node``; returns whether it holds a slot, so the loop looks again soon."""
+    def __call__(self, node: Mapping[str, Any], config_data: Any) -> kube.Next:
         config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
+        self.node = dict(node)
         if config.removal is None:
-            kube.reconcile_node(self.core, node, config, self.log)
-            return False
-        self._pods_cache = None
-        self._reconcile(node, config, config.removal)
-        return self.holding is not None
-
-    def wait_seconds(self, resync_seconds: int) -> float:
-        """How long the label loop may watch before the next pass: a holder looks again within HOLD_WATCH_SECONDS
-        (sooner on its pods' events, see :meth:`wants`), a waiting node when its poll is due."""
-        if self.holding is not None:
-            return float(min(resync_seconds, HOLD_WATCH_SECONDS))
-        if self._next_poll > self.clock():
-            return float(min(resync_seconds, max(1.0, self._next_poll - self.clock())))
-        return float(resync_seconds)
+            written = kube.reconcile_node(self.core, node, config, self.log)
+            self.node = written or self.node
+            return kube.Next()
+        self.pods.forget()
+        wait = self._reconcile(config, config.removal)
+        return wait
 
     def wants(self, pod_event: Mapping[str, Any]) -> bool:
-        """Whether a pod event on this node can move the holder on: a pod deleted (GPU work gone, an operand or
-        the old driver gone), or a driver pod changing (the new one Ready)."""
+        """Whether a pod event on this node can move it on: a pod gone or finishing (GPU work, an operand, the old
+        driver), or a driver pod changing (the new one Ready)."""
         pod = pod_event.get("object") or {}
-        return pod_event.get("type") == "DELETED" or podinfo.is_driver_pod(pod)
+        return (pod_event.get("type") == podwatch.DELETED or podinfo.is_driver_pod(pod) or podinfo.is_finished(pod)
+                or podinfo.is_terminating(pod))
 
     # --- one pass ---------------------------------------------------------------------------------------
 
     def _pods(self) -> list[dict[str, Any]]:
-        """Every pod on the node, all namespaces: read at most once a pass, and only in a pass that needs them."""
-        if self._pods_cache is None:
-            result = self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={self.node_name}", _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
-            listed = kube.as_dict(self.core, result)
-            self._pods_cache = listed.get("items") or []
-            # Where a holder's pod watch starts: events after this read, none it has already judged.
-            self.pods_version = (listed.get("metadata") or {}).get("resourceVersion")
-        return self._pods_cache
+        """Every pod on the node, all namespaces: listed at most once a pass, and only in a pass that needs them
+        (none while the loop's pod watch keeps them current)."""
+        return self.pods.current()
 
     def _operand_pods(self, namespace: str) -> list[dict[str, Any]]:
         return [p for p in self._pods() if podinfo.metadata(p).get("namespace") == namespace]
 
-    def _reconcile(self, node: Mapping[str, Any], config: labels.Config, rules: labels.Removal) -> None:
-        if not self.resumed:
-            # After a restart (or a lost answer to our own write): the budget says whether this node holds a slot.
-            self.resumed = True
-            record = self.slots.holds(rules.namespace)
-            if record is not None:
-                self.holding = str(record.get("reason") or budget.LABEL_REMOVAL)
-                self._failed = bool(record.get("failed"))
-                self.log({"level": "info", "event": "slot-resumed", "node": self.node_name, "reason": self.holding})
-        state = upgrade.state_of(node)
-        wake = ((node.get("metadata") or {}).get("annotations") or {}).get(slots.WAKE_ANNOTATION)
-        # An event of a waiting node's Node (the kubelet's status updates among them) is no reason to read
-        # anything: it looks when its poll is due or it was woken, so 9,000 waiting nodes stay quiet.
-        look = (self.holding is not None or config != self._checked_config or self.clock() >= self._next_check
-                or state in (upgrade.DRAINING, upgrade.RESTARTING, upgrade.FAILED) or wake != self._wake_looked
-                or (state == upgrade.WAITING and self.clock() >= self._next_poll))
-        self._wake_looked = wake
-        plan = removal.plan(node, config, self._operand_pods(rules.namespace) if look else ())
-        if not look and ((plan.patch or {}).get("metadata") or {}).get("labels", {}).get(labels.DRIVER_LABEL):
-            # A first gpu-stack/driver label: whether it hands the node over depends on its driver pod.
-            look = True
-            plan = removal.plan(node, config, self._operand_pods(rules.namespace))
+    def _reconcile(self, config: labels.Config, rules: labels.Removal) -> kube.Next:
+        if not self._resumed:
+            self._resume(rules)
+        self._accept_grant(rules)
+        # A node waiting in line looks at nothing until its grant comes: its request says what it waits for.
+        recheck = self.clock() >= self._next_check and not self._waiting_in_line()
+        look = self.hold is not None or config != self._checked_config or recheck or self.pods.live
+        plan = self._plan(config, rules, look)
+        look = look or self.pods.known
         if plan.paced and plan.immediate is not None:
             # What needs no slot goes first, whatever becomes of the rest: a slot can take hours to come.
-            self._apply(node, plan.immediate)
-            node = kube.get_node(self.core, self.node_name)
-            plan = removal.plan(node, config, self._operand_pods(rules.namespace) if look else ())
-        if not look and ((plan.patch or {}).get("metadata") or {}).get("labels", {}).get(labels.DRIVER_LABEL):
-            # A first gpu-stack/driver label: whether it hands the node over depends on its driver pod.
-            look = True
-            plan = removal.plan(node, config, self._operand_pods(rules.namespace))
-        if not plan.paced:
-            self._apply(node, plan.patch)
-            if plan.patch is not None:
-                node = kube.get_node(self.core, self.node_name)
+            self._apply(plan.immediate)
+            plan = self._plan(config, rules, look)
+        if not plan.paced and plan.patch is not None:
+            self._apply(plan.patch)
         if plan.paced and plan.operands_off:
             # Only with operands=false, which asks for every operand to leave at once: never paced.
             self._delete_orphans(rules.namespace, plan.orphans)
-            plan = removal.plan(node, config, ())
+            plan = removal.plan(self._node(), config, ())
+
+        if self.hold is not None:
+            wait = self._hold_step(config, rules, plan)
+        elif plan.paced:
+            wait = self._ask(rules, plan)
+        else:
+            wait = self._idle(config, rules, look)
         if look:
+            # Noted only once the pass went through: a write that failed leaves it to be looked at again.
             self._checked_config = config
             self._next_check = self.clock() + RECHECK_SECONDS * (0.5 + self.rng())
+        if wait.seconds is None and not wait.pods and self.hold is None:
+            wait = kube.Next(seconds=max(1.0, self._next_check - self.clock()))
+        return wait
 
-        if self.holding == budget.DRIVER_UPGRADE:
-            self._upgrade_step(node, config, rules)
-            return
-        if self.holding is not None:
-            self._change_step(node, config, rules, plan)
-            return
-        if plan.paced:
-            if plan.removing and not rules.drain and self._busy_with_gpu_work(plan, rules):
-                # Never a slot held for hours of somebody's job: looked at before taking one, and again after.
-                return
-            if self._take(node, rules, plan.reason, plan=plan):
-                self._change_step(node, config, rules, plan)
-            return
-        if look and self._outdated_driver(node, config, rules) is not None:
-            if self._take(node, rules, budget.DRIVER_UPGRADE):
-                self._upgrade_step(node, config, rules)
-            return
-        if look and upgrade.state_of(node) == upgrade.WAITING:
-            # Waited for a change that no longer needs doing (the config changed back).
-            self._patch(node, {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: None}}})
+    def _node(self) -> dict[str, Any]:
+        return self.node or {}
 
-    # --- taking a slot ----------------------------------------------------------------------------------
+    def _plan(self, config: labels.Config, rules: labels.Removal, look: bool) -> removal.Plan:
+        plan = removal.plan(self._node(), config, self._operand_pods(rules.namespace) if look else ())
+        if not look and ((plan.patch or {}).get("metadata") or {}).get("labels", {}).get(labels.DRIVER_LABEL):
+            # A first gpu-stack/driver label: whether it hands the node over depends on its driver pod.
+            plan = removal.plan(self._node(), config, self._operand_pods(rules.namespace))
+        return plan
 
-    def _take(self, node: Mapping[str, Any], rules: labels.Removal, reason: str, *,
-              plan: removal.Plan | None = None) -> bool:
-        """Take a slot when this node's poll is due or it was woken; show ``upgrade-required`` while waiting."""
-        if upgrade.state_of(node) != upgrade.WAITING:
-            self._patch(node, {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.WAITING}}})
-        wake = ((node.get("metadata") or {}).get("annotations") or {}).get(slots.WAKE_ANNOTATION)
-        if self.clock() < self._next_poll and wake == self._wake_seen:
-            return False
-        self._wake_seen = wake
-        limits = budget.Limits(rules.max_unavailable, rules.max_parallel, rules.paused)
-        decision = self.slots.acquire(rules.namespace, limits, reason)
-        if decision == budget.HOLDING:
-            # The pods read before the slot was taken are stale now: what is judged with the slot in hand is read anew.
-            self._pods_cache = None
-            self.holding = reason
-            self._failed = False
-            self._drain_started = self._restart_started = None
-            self.evicted = set()
-            self._last_notice = None
-            if plan is not None and plan.driver_change:
-                self.log({"level": "info", "event": "driver-handover", "node": self.node_name,
-                          "driver": {"old": plan.driver_change[0], "new": plan.driver_change[1]}})
-            return True
-        count, _ = budget.gpu_nodes(self.slots.last)
-        self._next_poll = self.clock() + slots.waiting_poll_seconds(count, self.rng)
-        self._notice("warning" if decision == budget.HALTED else "info", "slot-waiting", reason=reason,
-                     why=decision, holders=len(budget.holders(self.slots.last)),
-                     failed=budget.failed_holders(self.slots.last)[:5])
-        return False
+    # --- the handshake with the coordinator ---------------------------------------------------------------
 
-    def _release(self, rules: labels.Removal) -> None:
+    def _resume(self, rules: labels.Removal) -> None:
+        """After a restart: the budget says whether this node holds a slot (one granted, or one an agent before
+        0.8.0 took), read only when the node shows it might."""
+        self._resumed = True
+        node = self._node()
+        if upgrade.state_of(node) not in upgrade.HOLDING_STATES and grants.grant_of(node) is None:
+            return
+        record = self.slots.record(rules.namespace)
+        if record is None:
+            return
+        self.hold = Hold.of(record, record.get(grants.GRANT_KEY))
+        self.log({"level": "info", "event": "slot-resumed", "node": self.node_name, "reason": self.hold.reason})
+
+    def _accept_grant(self, rules: labels.Removal) -> None:
+        """A grant the coordinator wrote on the node is acted on once the budget holds a slot of that id for it;
+        one the budget does not hold (given back meanwhile, or removed by hand) is wiped."""
+        grant = grants.grant_of(self._node())
+        if grant is None or (self.hold is not None and self.hold.grant == grant):
+            return
+        record = self.slots.record(rules.namespace)
+        if not grants.granted(record, grant):
+            self._patch({"metadata": {"annotations": {grants.GRANT_ANNOTATION: None}}})
+            return
+        assert record is not None
+        self.hold = Hold.of(record, grant)
+        self._last_notice = None
+        self.log({"level": "info", "event": "slot-acquired", "node": self.node_name, "reason": self.hold.reason,
+                  "grant": grant})
+
+    def _ask(self, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
+        """Ask the coordinator for a slot for ``plan``, and wait: the grant comes as an event of the Node. A
+        removal that does not drain never waits in line while GPU work runs on the node: it watches the work end."""
+        node = self._node()
+        request = grants.request_of(node)
+        if self._waiting_in_line() and request is not None and request["reason"] == plan.reason:
+            return kube.Next()
+        if self._removal_without_drain(plan, rules) and self._busy_with_gpu_work(plan, rules):
+            self._withdraw()
+            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+        self._patch({"metadata": {
+            "labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.WAITING},
+            "annotations": {grants.REQUEST_ANNOTATION: grants.request_value(plan.reason,
+                                                                            budget.format_time(self.now()))}}})
+        self._notice("info", "slot-requested", reason=plan.reason)
+        return kube.Next()
+
+    def _waiting_in_line(self) -> bool:
+        node = self._node()
+        return grants.request_of(node) is not None and upgrade.state_of(node) == upgrade.WAITING
+
+    def _withdraw(self) -> None:
+        """Take back a request for a change that is no longer wanted, or has to wait for GPU work first."""
+        node = self._node()
+        if grants.request_of(node) is None and upgrade.state_of(node) != upgrade.WAITING:
+            return
+        self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: None},
+                                  "annotations": {grants.REQUEST_ANNOTATION: None}}})
+
+    def _idle(self, config: labels.Config, rules: labels.Removal, looked: bool) -> kube.Next:
+        self._withdraw()
+        if not looked:
+            return kube.Next()
+        self._publish_driver_revision(config, rules)
+        if self._driver_pod_expected(config, rules):
+            # A new node: its driver pod comes after its deploy labels. Its revision is what the coordinator judges
+            # upgrades by, so the agent follows the pods until the pod is there.
+            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+        return kube.Next()
+
+    # --- holding a slot ---------------------------------------------------------------------------------
+
+    def _hold_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
+        assert self.hold is not None
+        if self.hold.reason == budget.DRIVER_UPGRADE:
+            return self._upgrade_step(config, rules)
+        return self._change_step(config, rules, plan)
+
+    def _finish(self, config: labels.Config, rules: labels.Removal, state: str | None = upgrade.DONE) -> None:
+        """Uncordon (if this agent cordoned), show ``state``, give the slot back."""
+        node = kube.get_node(self.core, self.node_name)  # fresh: the uncordon is a compare-and-swap
+        self.node = node
+        patch = upgrade.finish_patch(node, state)
+        patch["metadata"]["annotations"][grants.GRANT_ANNOTATION] = None
+        patch["metadata"]["annotations"][grants.REQUEST_ANNOTATION] = None
+        revision = self._driver_revision(config, rules)
+        if revision is not None and revision != grants.driver_revision(node):
+            patch["metadata"]["labels"][grants.DRIVER_REVISION_LABEL] = revision
+        self.node = kube.patch_node(self.core, self.node_name, patch)
         self.slots.release(rules.namespace)
-        self.holding = None
-        self._failed = False
+        self.hold = None
         self._last_notice = None
         self._next_check = 0.0
 
     # --- label changes (handover, removal, MIG relayout) ------------------------------------------------
 
-    def _change_step(self, node: Mapping[str, Any], config: labels.Config, rules: labels.Removal,
-                     plan: removal.Plan) -> None:
+    def _change_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
         if plan.paced:
-            if plan.removing and not rules.drain and self._busy_with_gpu_work(plan, rules):
-                # Looked at again with the slot in hand: a job bound since the last look must not lose its GPUs,
-                # and must not keep a slot for as long as it runs (nothing was applied yet).
-                self._release(rules)
-                return
-            if plan.removing and rules.drain and not self._drained(node, rules):
-                return
+            ready = self._ready_for_change(config, rules, plan)
+            if ready is not None:
+                return ready
+            if plan.driver_change:
+                self.log({"level": "info", "event": "driver-handover", "node": self.node_name,
+                          "driver": {"old": plan.driver_change[0], "new": plan.driver_change[1]}})
             # Read again: the state and cordon writes above moved its resourceVersion, which the label patch carries.
-            node = kube.get_node(self.core, self.node_name)
-            self._apply(node, plan.patch, paced=True)
+            self.node = kube.get_node(self.core, self.node_name)
+            self._apply(plan.patch, paced=True)
             self._delete_orphans(rules.namespace, plan.orphans)
-            node = kube.get_node(self.core, self.node_name)
-            self._pods_cache = None
-        reasons = removal.hold_reasons(removal.labels_after(node, None), self._operand_pods(rules.namespace), config)
+        reasons = removal.hold_reasons(removal.labels_after(self._node(), None),
+                                       self._operand_pods(rules.namespace), config)
         if reasons:
-            if upgrade.state_of(node) != upgrade.CHANGING:
-                self._patch(node, {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.CHANGING}}})
-            self._notice("info", "slot-holding", reason=self.holding, waitingFor=reasons)
-            return
-        node = kube.get_node(self.core, self.node_name)  # not a stale event's copy: see _upgrade_step
-        self._patch(node, upgrade.finish_patch(node))
-        self._release(rules)
+            if upgrade.state_of(self._node()) != upgrade.CHANGING:
+                self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.CHANGING}}})
+            self._notice("info", "slot-holding", reason=self.hold.reason if self.hold else None, waitingFor=reasons)
+            if removal.MIG_STATE_LABEL in labels_of(self._node()) and labels_of(self._node()).get(
+                    removal.MIG_STATE_LABEL) in removal.MIG_IN_PROGRESS:
+                # The MIG manager reports on the Node, not in a pod: its Node's events move this wait on.
+                return kube.Next(seconds=HOLD_WATCH_SECONDS)
+            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+        self._finish(config, rules)
+        return kube.Next()
 
-    def _cordon(self, node: Mapping[str, Any]) -> None:
-        """Cordon for a drain, deciding from a fresh read: the cordon write is a compare-and-swap against it
-        (upgrade.cordon_patch), and this pass's own state patch has already moved the node on."""
-        if upgrade.unschedulable(node) and upgrade.state_of(node) == upgrade.DRAINING:
-            return
-        node = kube.get_node(self.core, self.node_name)
-        if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
-            self._patch(node, upgrade.cordon_patch(node, upgrade.DRAINING))
+    def _ready_for_change(self, config: labels.Config, rules: labels.Removal,
+                          plan: removal.Plan) -> kube.Next | None:
+        """None once the node may be changed (cordoned, its GPU work gone, or a handover that keeps the loaded
+        driver); otherwise what to wait for."""
+        if self._removal_without_drain(plan, rules):
+            self._cordon()
+            if self._busy_with_gpu_work(plan, rules):
+                # Work bound before the cordon must not lose its GPUs, and must not keep a slot for as long as it
+                # runs: given back, asked for again once the work ended.
+                self._finish(config, rules, state=None)
+                return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+            return None
+        if plan.driver_change and self._handover_keeps_driver(config, rules, plan):
+            return None
+        if self._drained_for_upgrade(rules):
+            return None
+        return kube.Next(pods=True, seconds=self._drain_wait(rules))
 
-    def _busy_with_gpu_work(self, plan: removal.Plan, rules: labels.Removal) -> bool:
-        # Every GPU pod, DaemonSet pods too: without a drain nothing is evicted, so none is taken from under.
-        work = removal.gpu_work(self._pods(), rules.namespace, include_daemonsets=True)
-        if work:
-            self._notice("warning", "removal-waiting", reason="gpu work on the node", drain=False,
-                         labels=sorted(plan.removing), **removal.named_pods(work))
-        return bool(work)
+    @staticmethod
+    def _removal_without_drain(plan: removal.Plan, rules: labels.Removal) -> bool:
+        return plan.reason == budget.LABEL_REMOVAL and not rules.drain
 
-    def _drained(self, node: Mapping[str, Any], rules: labels.Removal) -> bool:
-        """Cordon, then evict the GPU work the drain selects, each pod once; True when no GPU work is left at all:
-        a pod the selector spares is never evicted, and is waited for instead of pulled from under."""
-        self._cordon(node)
-        work = removal.gpu_work(self._pods(), rules.namespace)
-        if not work:
-            return True
-        if self._drain_started is None:
-            self._drain_started = self.clock()
-        if rules.drain_timeout_seconds and self.clock() - self._drain_started > rules.drain_timeout_seconds:
-            self._fail(node, rules, f"GPU pods still running after {rules.drain_timeout_seconds}s of eviction: "
-                                    f"{', '.join(removal.named_pods(work)['pods'])}")
+    def _handover_keeps_driver(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> bool:
+        """Whether handing the node to another driver DaemonSet keeps its loaded driver (the same install: the new
+        pod's k8s-driver-manager does not unload it), so that its GPU work stays."""
+        assert plan.driver_change is not None
+        new = plan.driver_change[1]
+        digest = config.drivers.get(new or "")
+        if not new or not digest:
             return False
-        self._evict([p for p in work if removal.selected(p, rules.drain_pod_selector)])
-        return False
+        known = self._revision(new, digest, rules.namespace)
+        if known is None:
+            return False
+        serving = [p for p in self._operand_pods(rules.namespace) if podinfo.is_driver_pod(p)
+                   and not podinfo.is_terminating(p) and not podinfo.is_finished(p)]
+        return bool(serving) and all(upgrade.keeps_driver(p, known[1]) for p in serving)
 
     # --- driver upgrades --------------------------------------------------------------------------------
 
-    def _driver_of(self, node: Mapping[str, Any], config: labels.Config) -> tuple[str, str] | None:
-        daemonset = ((node.get("metadata") or {}).get("labels") or {}).get(labels.DRIVER_LABEL)
-        digest = config.drivers.get(daemonset or "")
+    def _target(self, config: labels.Config) -> tuple[str, str] | None:
+        """The driver DaemonSet and template digest this node's upgrade goes to: the grant's, else the node's."""
+        daemonset = labels_of(self._node()).get(labels.DRIVER_LABEL)
+        assert self.hold is not None
+        if self.hold.daemonset and self.hold.daemonset != daemonset:
+            return None  # the node left that DaemonSet since the grant
+        digest = self.hold.digest or config.drivers.get(daemonset or "")
         return (daemonset, digest) if daemonset and digest else None
 
-    def _revision(self, daemonset: str, digest: str, namespace: str) -> str | None:
-        """The current revision of ``daemonset`` once it runs the template ``digest`` names; cached per digest."""
+    def _revision(self, daemonset: str, digest: str, namespace: str) -> tuple[str, str | None] | None:
+        """The current revision of ``daemonset`` (and its DRIVER_CONFIG_DIGEST) once it runs the template ``digest``
+        names; cached per digest, so a node reads each DaemonSet once per rollout."""
         key = (daemonset, digest)
-        if key not in self.revisions:
+        if key not in self._revisions:
             found = kube.read_daemon_set(self.apps, namespace, daemonset)
             revisions: list[dict[str, Any]] = []
             if found is not None:
@@ -302,102 +354,161 @@ class Pacer:
                     namespace=namespace, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
                 revisions = kube.as_dict(self.apps, result).get("items") or []
             revision = upgrade.current_revision(found, revisions, digest)
-            self.config_digests[key] = upgrade.revision_config_digest(revisions, revision or "")
             if revision is None:
-                # Pulumi has not written that template yet (a later wave's DaemonSet waits for the gates before
-                # it), or the controller has not seen it: look again on the waiting nodes' jittered schedule, so
-                # that a later wave's thousands of nodes do not read their DaemonSet every few seconds.
-                count, _ = budget.gpu_nodes(self.slots.last if self.slots.last is not None
-                                            else self.slots.read(namespace))
-                self._next_check = min(self._next_check, self.clock() + slots.waiting_poll_seconds(count, self.rng))
+                # Not written yet, or the DaemonSet controller has not caught up: asked again on a later pass.
                 return None
-            self.revisions[key] = revision
-            # The first of its DaemonSet's nodes to see the new template tells one more, which tells one more:
-            # a wave's nodes all know within seconds of its DaemonSets' update, at two requests a node.
-            self.slots.wake_one(f"{labels.DRIVER_LABEL}={daemonset},{slots.UPGRADE_STATE_LABEL}!={slots.WAITING}")
-        return self.revisions[key]
+            self._revisions[key] = (revision, upgrade.revision_config_digest(revisions, revision))
+        return self._revisions[key]
 
-    def _outdated_driver(self, node: Mapping[str, Any], config: labels.Config,
-                         rules: labels.Removal) -> Mapping[str, Any] | None:
-        driver = self._driver_of(node, config)
-        if rules.driver_upgrade != "rolling" or driver is None:
-            return None
-        if not upgrade.driver_pods(self._operand_pods(rules.namespace), driver[0]):
-            return None
-        revision = self._revision(driver[0], driver[1], rules.namespace)
-        if revision is None:
-            return None
-        return upgrade.outdated_pod(self._operand_pods(rules.namespace), driver[0], revision)
-
-    def _upgrade_step(self, node: Mapping[str, Any], config: labels.Config, rules: labels.Removal) -> None:
-        driver = self._driver_of(node, config)
-        revision = self._revision(*driver, rules.namespace) if driver else None
-        if driver is None or revision is None:
-            # The node left its driver DaemonSet, or the template is not known yet; nothing to do under a slot.
-            if driver is None:
-                self._patch(node, upgrade.finish_patch(node))
-                self._release(rules)
-            return
-        daemonset = driver[0]
+    def _upgrade_step(self, config: labels.Config, rules: labels.Removal) -> kube.Next:
+        assert self.hold is not None
+        target = self._target(config)
+        known = self._revision(*target, rules.namespace) if target else None
+        if target is None or known is None:
+            # The node left its driver DaemonSet, or the DaemonSet moved on to another template since the grant (the
+            # coordinator grants again for that one): nothing to do under this slot.
+            self._finish(config, rules)
+            return kube.Next()
+        daemonset, revision = target[0], known[0]
         operands = self._operand_pods(rules.namespace)
         if upgrade.upgraded(operands, daemonset, revision):
-            if self._failed:
+            if self.hold.failed:
                 self.slots.mark(rules.namespace, None)
-            # Read fresh: the pass may run on a watch event older than this agent's own cordon, and finishing from
-            # it would leave the node cordoned.
-            node = kube.get_node(self.core, self.node_name)
-            self._patch(node, upgrade.finish_patch(node))
             self.log({"level": "info", "event": "driver-upgraded", "node": self.node_name, "daemonset": daemonset,
                       "revision": revision})
-            self._release(rules)
-            return
+            self._finish(config, rules)
+            return kube.Next()
         old = upgrade.outdated_pod(operands, daemonset, revision)
         if old is not None:
-            if upgrade.keeps_driver(old, self.config_digests.get((daemonset, driver[1]))):
+            if upgrade.keeps_driver(old, known[1]):
                 self._notice("info", "driver-restart", reason="same driver install: no cordon, no eviction")
-            elif not self._drain_for_upgrade(node, rules):
-                return
+            elif not self._drained_for_upgrade(rules):
+                return kube.Next(pods=True, seconds=self._drain_wait(rules))
             self._delete_pod(rules.namespace, podinfo.name(old), "out of date: its DaemonSet has a new template")
-            self._restart_started = self.clock()
-            self._patch(kube.get_node(self.core, self.node_name),
-                        {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.RESTARTING}}})
-            return
-        if self._restart_started is None:
+            self.hold.restart_started = self.clock()
+            self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.RESTARTING}}})
+            return kube.Next(pods=True, seconds=float(rules.node_ready_timeout_seconds) + 1)
+        if self.hold.restart_started is None:
+            if not upgrade.driver_pods(operands, daemonset) and upgrade.state_of(self._node()) != upgrade.RESTARTING:
+                # No driver pod of it on the node, and none deleted by this agent: nothing to upgrade (the node's
+                # driver is not deployed, or was never there); the revision label goes so it is not granted again.
+                self._finish(config, rules)
+                return kube.Next()
             # Resumed after a restart with the old pod already gone: the bound counts from now.
-            self._restart_started = self.clock()
-        waited = self.clock() - self._restart_started
-        if waited > rules.node_ready_timeout_seconds and not self._failed:
-            self._fail(node, rules, f"the new driver pod of {daemonset} was not Ready (validated) within "
-                                    f"{rules.node_ready_timeout_seconds}s")
-            return
-        self._notice("info", "slot-holding", reason=self.holding, waitingFor=[f"a Ready driver pod of {daemonset} "
-                                                                              f"at revision {revision}"])
+            self.hold.restart_started = self.clock()
+        waited = self.clock() - self.hold.restart_started
+        if waited > rules.node_ready_timeout_seconds and not self.hold.failed:
+            self._fail(rules, f"the new driver pod of {daemonset} was not Ready (validated) within "
+                              f"{rules.node_ready_timeout_seconds}s")
+            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+        self._notice("info", "slot-holding", reason=self.hold.reason,
+                     waitingFor=[f"a Ready driver pod of {daemonset} at revision {revision}"])
+        left = rules.node_ready_timeout_seconds - waited
+        return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS if self.hold.failed else max(1.0, left + 1))
 
-    def _drain_for_upgrade(self, node: Mapping[str, Any], rules: labels.Removal) -> bool:
+    def _driver_revision(self, config: labels.Config, rules: labels.Removal) -> str | None:
+        """The revision of the node's live driver pod of the DaemonSet its gpu-stack/driver label names."""
+        daemonset = labels_of(self._node()).get(labels.DRIVER_LABEL)
+        if not daemonset or not self.pods.known:
+            return None
+        for pod in upgrade.driver_pods(self._operand_pods(rules.namespace), daemonset):
+            if not podinfo.is_terminating(pod):
+                revision = (podinfo.metadata(pod).get("labels") or {}).get(upgrade.REVISION_HASH_LABEL)
+                if revision:
+                    return revision
+        return None
+
+    def _publish_driver_revision(self, config: labels.Config, rules: labels.Removal) -> None:
+        """Keep ``gpu-stack/driver-revision`` equal to the node's driver pod's revision: the coordinator grants a
+        driver upgrade when it differs from the DaemonSet's newest. Removed when the node has no driver DaemonSet."""
+        node = self._node()
+        current = grants.driver_revision(node)
+        if not labels_of(node).get(labels.DRIVER_LABEL):
+            wanted = None
+        else:
+            wanted = self._driver_revision(config, rules) or current
+        if wanted != current:
+            self._patch({"metadata": {"labels": {grants.DRIVER_REVISION_LABEL: wanted}}})
+
+    def _driver_pod_expected(self, config: labels.Config, rules: labels.Removal) -> bool:
+        node_labels = labels_of(self._node())
+        daemonset = node_labels.get(labels.DRIVER_LABEL)
+        return bool(daemonset) and node_labels.get(removal.DRIVER_DEPLOY_LABEL) == "true" and (
+            self._driver_revision(config, rules) is None)
+
+    # --- cordon, drain, failure -------------------------------------------------------------------------
+
+    def _cordon(self) -> None:
+        """Cordon, deciding from a fresh read: the cordon write is a compare-and-swap against it
+        (upgrade.cordon_patch), and this pass's own writes have already moved the node on."""
+        node = self._node()
+        if upgrade.unschedulable(node) and upgrade.state_of(node) == upgrade.DRAINING:
+            return
+        node = kube.get_node(self.core, self.node_name)
+        self.node = node
+        if not upgrade.unschedulable(node) or upgrade.state_of(node) != upgrade.DRAINING:
+            self._patch(upgrade.cordon_patch(node, upgrade.DRAINING))
+
+    def _busy_with_gpu_work(self, plan: removal.Plan, rules: labels.Removal) -> bool:
+        # Every GPU pod, DaemonSet pods too: without a drain nothing is evicted, so none is taken from under.
+        work = removal.gpu_work(self._pods(), rules.namespace, include_daemonsets=True)
+        if work:
+            self._notice("warning", "removal-waiting", reason="gpu work on the node", drain=False,
+                         labels=sorted(plan.removing), **removal.named_pods(work))
+        return bool(work)
+
+    def _drained(self, rules: labels.Removal) -> bool:
+        """Cordon, then evict the GPU work the drain selects, each pod once; True when no GPU work is left at all:
+        a pod the selector spares is never evicted, and is waited for instead of pulled from under."""
+        assert self.hold is not None
+        self._cordon()
+        work = removal.gpu_work(self._pods(), rules.namespace)
+        if not work:
+            return True
+        if self.hold.drain_started is None:
+            self.hold.drain_started = self.clock()
+        if rules.drain_timeout_seconds and self.clock() - self.hold.drain_started > rules.drain_timeout_seconds:
+            if not self.hold.failed:
+                self._fail(rules, f"GPU pods still running after {rules.drain_timeout_seconds}s of eviction: "
+                                  f"{', '.join(removal.named_pods(work)['pods'])}")
+            return False
+        self._evict([p for p in work if removal.selected(p, rules.drain_pod_selector)])
+        return False
+
+    def _drained_for_upgrade(self, rules: labels.Removal) -> bool:
         """Cordon, then make the GPU work leave: evicted with gpuPodEviction (or drain), else waited for."""
         if rules.gpu_pod_eviction or rules.drain:
-            return self._drained(node, rules)
-        self._cordon(node)
+            return self._drained(rules)
+        self._cordon()
         work = removal.gpu_work(self._pods(), rules.namespace, include_daemonsets=True)
         if work:
             self._notice("info", "upgrade-waiting", reason="gpu work on the node", **removal.named_pods(work))
         return not work
 
-    def _fail(self, node: Mapping[str, Any], rules: labels.Removal, why: str) -> None:
+    def _drain_wait(self, rules: labels.Removal) -> float:
+        """How long a holder waiting for GPU work to leave may watch before its drain timeout needs judging."""
+        assert self.hold is not None
+        if not (rules.gpu_pod_eviction or rules.drain) or not rules.drain_timeout_seconds or self.hold.failed:
+            return HOLD_WATCH_SECONDS
+        started = self.hold.drain_started if self.hold.drain_started is not None else self.clock()
+        return max(1.0, rules.drain_timeout_seconds - (self.clock() - started) + 1)
+
+    def _fail(self, rules: labels.Removal, why: str) -> None:
         """The node stays cordoned and holds its slot, marked failed: no other node starts until it is fixed."""
-        self._failed = True
+        assert self.hold is not None
+        self.hold.failed = True
         self.slots.mark(rules.namespace, why)
-        self._patch(kube.get_node(self.core, self.node_name),
-                    {"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.FAILED}}})
+        self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.FAILED}}})
         self.log({"level": "error", "event": "upgrade-failed", "node": self.node_name, "error": why})
 
     # --- requests on pods and the node ------------------------------------------------------------------
 
     def _evict(self, work: Sequence[Mapping[str, Any]]) -> None:
+        assert self.hold is not None
         self._notice("info", "draining", **removal.named_pods(work))
         for pod in work:
             ref = podinfo.ref(pod)
-            if podinfo.is_terminating(pod) or ref in self.evicted:
+            if podinfo.is_terminating(pod) or ref in self.hold.evicted:
                 continue
             metadata = podinfo.metadata(pod)
             body = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -413,7 +524,7 @@ class Pacer:
                     continue
                 if exc.status != 404:
                     raise
-            self.evicted.add(ref)
+            self.hold.evicted.add(ref)
 
     def _delete_pod(self, namespace: str, name: str, why: str) -> None:
         try:
@@ -430,17 +541,17 @@ class Pacer:
         for name in names:
             self._delete_pod(namespace, name, "orphaned: its DaemonSet was deleted")
 
-    def _patch(self, node: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
-        """A state, cordon or annotation change: a cordon or uncordon carries the node's resourceVersion
-        (upgrade.cordon_patch, finish_patch), a state label is the agent's own and needs none (a label patch,
+    def _patch(self, patch: Mapping[str, Any]) -> None:
+        """A state, cordon, handshake or revision change: a cordon or uncordon carries the node's resourceVersion
+        (upgrade.cordon_patch, finish_patch); the agent's own labels and annotations need none (a label patch,
         which shares keys with other writers, goes through :meth:`_apply`)."""
-        kube.patch_node(self.core, self.node_name, patch)
+        self.node = kube.patch_node(self.core, self.node_name, patch)
 
-    def _apply(self, node: Mapping[str, Any], patch: Mapping[str, Any] | None, *, paced: bool = False) -> None:
-        if paced:
-            kube.apply_label_patch(self.core, node, patch, self.log, paced=True)
-        else:
-            kube.apply_label_patch(self.core, node, patch, self.log)
+    def _apply(self, patch: Mapping[str, Any] | None, *, paced: bool = False) -> None:
+        record = {"paced": True} if paced else {}
+        written = kube.apply_label_patch(self.core, self._node(), patch, self.log, **record)
+        if written is not None:
+            self.node = written
 
     def _notice(self, level: str, event: str, **fields: Any) -> None:
         """Log a waiting state once, not on every pass: a wait can last hours."""
@@ -448,3 +559,7 @@ class Pacer:
         if key != self._last_notice:
             self._last_notice = key
             self.log({"level": level, "event": event, "node": self.node_name, **fields})
+
+
+def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
+    return (node.get("metadata") or {}).get("labels") or {}

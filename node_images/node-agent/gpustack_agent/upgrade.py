@@ -1,7 +1,8 @@
 """Decide whether a node's driver pod is out of date, and what the node's upgrade state says.
 
 Driver DaemonSets are OnDelete (components/states/driver.py): a new template changes no pod until someone deletes
-it, and the one who does is the node's own agent, holding a slot of the fleet's budget (:mod:`.budget`). A driver
+it, and the one who does is the node's own agent, holding a slot of the fleet's budget (:mod:`.budget`) that the
+coordinator granted it (:mod:`.coordinator`). A driver
 pod is out of date, as the operator's upgrade controller judges it (fact sheet §5.2), when its
 ``controller-revision-hash`` is not the hash of its DaemonSet's newest ControllerRevision; that revision is the
 current template only once the DaemonSet controller observed the DaemonSet's generation, and it is the template
@@ -28,6 +29,8 @@ CHANGING = "change-in-progress"  # holding a slot for a handover, label removal 
 DONE = "upgrade-done"
 FAILED = "upgrade-failed"  # the new driver did not become Ready in time: cordoned, and the rollout halted
 STATES = (WAITING, DRAINING, RESTARTING, CHANGING, DONE, FAILED)
+# The states of a node that holds a slot: after a restart, an agent that finds one of these reads the budget.
+HOLDING_STATES = (DRAINING, RESTARTING, CHANGING, FAILED)
 
 # Says that this agent cordoned the node, so that it lifts only its own cordon, never one a person or another
 # controller set.
@@ -149,8 +152,8 @@ def _compare_and_swap(patch: dict[str, Any], node: Mapping[str, Any]) -> None:
         patch["metadata"]["resourceVersion"] = resource_version
 
 
-def finish_patch(node: Mapping[str, Any], state: str = DONE) -> dict[str, Any]:
-    """Uncordon if this agent cordoned, and show ``state``."""
+def finish_patch(node: Mapping[str, Any], state: str | None = DONE) -> dict[str, Any]:
+    """Uncordon if this agent cordoned, and show ``state`` (None: no state, as a node that never waited)."""
     patch: dict[str, Any] = {"metadata": {"labels": {UPGRADE_STATE_LABEL: state},
                                           "annotations": {UPGRADE_ENABLED_ANNOTATION: None}}}
     if cordoned_by_us(node):

@@ -350,24 +350,26 @@ def test_wait_validated_leaves_its_verdict_as_the_termination_message(load_fixtu
     assert result["missingNodes"] == [{"pool": "h100", "expected": 1, "validated": 0}]
 
 
-def test_label_paces_removals_through_the_budget_config_map(tmp_path, paced_config, load_fixture, capsys):
-    from agenttest import FakeCluster
+def test_label_asks_for_a_slot_and_stops_on_a_permission_it_lacks(tmp_path, paced_config, load_fixture, capsys):
+    from simcluster import NODES, Api, Hub, Server
 
     config_file = tmp_path / "node-pools.json"
     paced_config["pools"][0]["deployLabels"].remove("nvidia.com/gpu.deploy.dcgm")
     config_file.write_text(json.dumps(paced_config))
     node = load_fixture("node-a100-labelled")
-    cluster = FakeCluster([node])
-    # A Role without the budget ConfigMap: the agent must say so and stop, not retry for ever.
-    cluster.fail("create_namespaced_config_map", ApiException(status=403, reason="Forbidden"))
+    server = Server(Hub())
+    server.put(NODES, node)
+    api = Api(server, "agent")
+    # A ClusterRole without patch on nodes for the request: the agent must say so and stop, not retry for ever.
+    server.fail("patch_node", None)
+    server.fail("patch_node", ApiException(status=403, reason="Forbidden"))
 
     code = cli.main(["label"], {"NODE_NAME": node["metadata"]["name"], "CONFIG_FILE": str(config_file)},
-                    clients=clients_of(cluster.core, None, cluster.apps, None))
+                    clients=clients_of(api, None, api, None))
 
     assert code == 1
     assert last_json_line(capsys.readouterr().err)["event"] == "fatal"
-    assert cluster.core.create_namespaced_config_map.call_args.kwargs["namespace"] == "gpu-operator"
-    node_labels = cluster.node_labels(node["metadata"]["name"])
+    node_labels = server.get(NODES, "", node["metadata"]["name"])["metadata"]["labels"]
     assert node_labels["nvidia.com/gpu.deploy.dcgm"] == "true"
     # What needed no slot was applied before.
     assert node_labels["gpu-stack/driver"] == "nvidia-driver-daemonset-a100"

@@ -1,23 +1,28 @@
-"""Several agents at once against one fake API server (fleet.Fleet): the fleet's one budget holds under faults.
+"""Several agents and the coordinator at once, in virtual time, against one API server (simfleet.Fleet): the fleet's
+one budget holds under faults.
 
-Each run is seeded and bounded in simulated time. The faults: writes refused with 409 or 500, writes applied with
-the answer lost, agents restarted, wall clocks skewed by up to ten minutes either way, the budget lowered mid-rollout,
-two driver DaemonSets and a MIG relayout in the same run. The assertions are about the cluster, not the agents'
-beliefs: no more nodes out of service than the budget, none out of service without a slot, every node finishes,
-no job evicted twice, no slot left behind."""
+Each run is seeded. The faults: requests refused with 409 or 500, writes applied with the answer lost, watches the
+server ends at once, agents and the coordinator restarted, wall clocks skewed by up to ten minutes either way, the
+budget lowered mid-rollout, nodes deleted while they hold a slot. The assertions are about the cluster, not the
+agents' beliefs: no more nodes out of service than the budget, none out of service without a slot, no driver pod
+deleted and no MIG layout applied under a running GPU job, every node finishes, no job evicted twice, no slot
+left behind."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import random
+from typing import Any, Callable
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from fleet import WRITES, Fleet
+from simfleet import Fleet, labelled_nodes
 
 A100, H100 = "nvidia-driver-daemonset-a100", "nvidia-driver-daemonset-h100"
-STEP_SECONDS = 10.0
+WRITES = ("patch_node", "patch_namespaced_config_map", "create_namespaced_config_map",
+          "create_namespaced_pod_eviction", "delete_namespaced_pod")
+DAY = 24 * 3600.0
 
 
 def version3(paced_config: dict[str, Any], max_unavailable: Any = 2, **removal: Any) -> dict[str, Any]:
@@ -30,133 +35,220 @@ def version3(paced_config: dict[str, Any], max_unavailable: Any = 2, **removal: 
     return config
 
 
-def fleet_of(load_fixture: Any, config: dict[str, Any], *, seed: int, **kwargs: Any) -> Fleet:
-    fleet = Fleet(load_fixture("node-a100-labelled"), config, {"a100": 5, "h100": 5}, seed=seed, **kwargs)
-    fleet.cluster.put_daemonset(A100, "aaaa0001", "rev1")
-    fleet.cluster.put_daemonset(H100, "bbbb0001", "rev1")
+def fleet_of(load_fixture: Any, config: dict[str, Any], *, seed: int, jobs: float = 0.7, per_pool: int = 5,
+             **kwargs: Any) -> Fleet:
+    """`per_pool` a100 and h100 nodes on their driver DaemonSets, a GPU job on some, every agent running."""
+    base = load_fixture("node-a100-labelled")["metadata"]["labels"]
+    nodes = labelled_nodes(config, base, {"a100": per_pool, "h100": per_pool})
+    for metadata in nodes.values():
+        metadata["labels"]["nvidia.com/gpu.deploy.driver"] = "true"
+    rng = random.Random(seed)
+    fleet = Fleet(config, nodes, drivers={A100: ("aaaa0001", "rev1"), H100: ("bbbb0001", "rev1")},
+                  jobs=[n for n in sorted(nodes) if rng.random() < jobs], seed=seed, **kwargs)
+    fleet.put_daemonset(A100, "aaaa0001", "rev1", observed_after=0)
+    fleet.put_daemonset(H100, "bbbb0001", "rev1", observed_after=0)
+    fleet.settle_driver_pods()
+    fleet.start()
+    fleet.hub.run(fleet.hub.now + 120)  # the agents publish their drivers' revisions
     return fleet
 
 
-def run(fleet: Fleet, *, until: Any, steps: int = 400, faults: bool = True, each_step: Any = None) -> int:
-    """Passes of every agent in a random order, every STEP_SECONDS, with faults; returns the steps taken."""
-    for step in range(steps):
-        if each_step is not None:
-            each_step(step)
-        names = sorted(fleet.agents)
-        fleet.rng.shuffle(names)
-        for name in names:
-            if faults:
-                roll = fleet.rng.random()
-                if roll < 0.02:
-                    fleet.start_agent(name)
-                elif roll < 0.06:
-                    fleet.cluster.fail(fleet.rng.choice(WRITES), ApiException(status=fleet.rng.choice((409, 500))))
-                elif roll < 0.09:
-                    fleet.cluster.lose_response(fleet.rng.choice(WRITES))
-            fleet.pass_of(name)
-        fleet.tick(STEP_SECONDS)
-        if until():
-            return step
-    raise AssertionError(f"not finished after {steps} steps: holders {sorted(fleet.cluster.holders())}, "
-                         f"down {sorted(fleet.out_of_service())}")
+def chaos(fleet: Fleet, *, every: float = 10.0, coordinator_restarts: bool = True) -> dict[str, int]:
+    """Faults on the fleet's own schedule: a refused or lost write, a watch ended at once, an agent restarted,
+    now and then the coordinator restarted. Returns how many of each were injected."""
+    rng = random.Random(fleet.rng.random())
+    struck = {"refused": 0, "lost": 0, "watch-ended": 0, "agent-restarted": 0, "coordinator-restarted": 0}
+
+    def strike() -> None:
+        roll = rng.random()
+        kind = ("refused" if roll < 0.25 else "lost" if roll < 0.45 else "watch-ended" if roll < 0.6 else
+                "agent-restarted" if roll < 0.7 else "coordinator-restarted" if roll < 0.72 and coordinator_restarts
+                else None)
+        if kind:
+            struck[kind] += 1
+        callers = [f"agent/{n}" for n in fleet.agents] + ["coordinator"]
+        if roll < 0.25:
+            fleet.server.fail(rng.choice(WRITES), ApiException(status=rng.choice((409, 500))), rng.choice(callers))
+        elif roll < 0.45:
+            fleet.server.lose_response(rng.choice(WRITES), rng.choice(callers))
+        elif roll < 0.6:
+            fleet.server.end_watch(rng.choice)
+        elif roll < 0.7 and fleet.agents:
+            fleet.restart_agent(rng.choice(sorted(fleet.agents)))
+        elif roll < 0.72 and coordinator_restarts:
+            fleet.restart_coordinator()
+        fleet.hub.at(fleet.hub.now + every, strike)
+    fleet.hub.at(fleet.hub.now + every, strike)
+    return struck
 
 
-def idle(fleet: Fleet, steps: int) -> None:
-    """Passes of every agent without faults, whatever happens."""
-    for _ in range(steps):
-        for name in sorted(fleet.agents):
-            fleet.pass_of(name)
-        fleet.tick(STEP_SECONDS)
-
-
-def settled(fleet: Fleet) -> bool:
-    return not fleet.cluster.holders() and not fleet.out_of_service()
+def run(fleet: Fleet, until: Callable[[], bool], hours: float = 12) -> None:
+    finished = fleet.hub.run(fleet.hub.now + hours * 3600, done=until)
+    assert finished, (f"not finished after {hours} h: holders {sorted(fleet.holders())}, "
+                      f"down {sorted(fleet.out_of_service())}, crashes {fleet.hub.crashes[:3]}")
 
 
 def assert_held(fleet: Fleet) -> None:
     assert fleet.over_budget == [], f"more nodes out of service than the budget: {fleet.over_budget[:5]}"
     assert fleet.outside_slot == [], f"out of service without a slot: {fleet.outside_slot[:5]}"
+    assert fleet.under_gpu_work == [], f"GPU work taken from under: {fleet.under_gpu_work[:5]}"
     assert fleet.evicted_twice() == []
-    assert not any((n.get("spec") or {}).get("unschedulable") for n in fleet.cluster.nodes.values())
-    assert not any(n["metadata"]["labels"].get("gpu-stack/upgrade-state") == "upgrade-required"
-                   for n in fleet.cluster.nodes.values())
+    assert fleet.hub.crashes == []
+    nodes = [n for (_, _), n in fleet.server.objects["nodes"].items()]
+    assert not any((n.get("spec") or {}).get("unschedulable") for n in nodes)
+    assert not any(n["metadata"]["labels"].get("gpu-stack/upgrade-state") == "upgrade-required" for n in nodes)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+def rolled(fleet: Fleet, *daemonsets: str) -> Callable[[], bool]:
+    return lambda: all(fleet.upgraded(d, "rev2") for d in daemonsets) and fleet.settled()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 def test_two_driver_daemonsets_roll_within_one_budget_under_faults_and_skewed_clocks(load_fixture, paced_config, seed):
     fleet = fleet_of(load_fixture, version3(paced_config, 2), seed=seed)
-    idle(fleet, 2)
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    fleet.roll_driver(H100, "bbbb0002", "rev2")
-    run(fleet, until=lambda: fleet.upgraded(A100) and fleet.upgraded(H100) and settled(fleet))
+    struck = chaos(fleet)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2"), H100: ("bbbb0002", "rev2")})
+    run(fleet, rolled(fleet, A100, H100))
     assert_held(fleet)
     assert fleet.peak == 2, "the budget is used, not only respected"
+    assert min(v for k, v in struck.items() if k != "coordinator-restarted") > 0, struck
+
+
+def test_forty_nodes_roll_within_a_percentage_under_faults(load_fixture, paced_config):
+    fleet = fleet_of(load_fixture, version3(paced_config, "10%"), seed=4, per_pool=20)
+    struck = chaos(fleet, every=5.0)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2"), H100: ("bbbb0002", "rev2")})
+    run(fleet, rolled(fleet, A100, H100))
+    assert_held(fleet)
+    assert fleet.peak == 4 and struck["coordinator-restarted"] > 0
 
 
 def test_a_budget_lowered_mid_rollout_admits_nobody_until_the_holders_are_below_it(load_fixture, paced_config):
     fleet = fleet_of(load_fixture, version3(paced_config, 3), seed=11)
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    fleet.roll_driver(H100, "bbbb0002", "rev2")
-
-    def lower(step: int) -> None:
-        if fleet.config["removal"]["maxUnavailable"] == 3 and len(fleet.cluster.holders()) == 3:
-            fleet.lower_budget(1)
-
-    run(fleet, until=lambda: fleet.upgraded(A100) and fleet.upgraded(H100) and settled(fleet), each_step=lower)
-    assert fleet.config["removal"]["maxUnavailable"] == 1, "the rollout reached three nodes in flight"
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2"), H100: ("bbbb0002", "rev2")})
+    fleet.hub.run(DAY, done=lambda: len(fleet.holders()) == 3)
+    fleet.lower_budget(1)
+    run(fleet, rolled(fleet, A100, H100))
     assert_held(fleet)
 
 
 def test_a_mig_relayout_and_a_driver_upgrade_share_the_budget(load_fixture, paced_config):
     config = version3(paced_config, 1)
     fleet = fleet_of(load_fixture, config, seed=5, jobs=0.0)
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    h100 = next(p for p in fleet.config["pools"] if p["name"] == "h100")
-    h100["labels"]["nvidia.com/mig.config"] = "all-1g.10gb"
-    run(fleet, until=lambda: fleet.upgraded(A100) and settled(fleet) and all(
-        n["metadata"]["labels"].get("nvidia.com/mig.config") == "all-1g.10gb"
-        for name, n in fleet.cluster.nodes.items() if name.startswith("h100")))
+    document = fleet.feed.document
+    next(p for p in document["pools"] if p["name"] == "h100")["labels"]["nvidia.com/mig.config"] = "all-1g.10gb"
+    fleet.publish(document)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2")})
+    run(fleet, lambda: fleet.upgraded(A100, "rev2") and fleet.settled() and all(
+        fleet.node(n)["metadata"]["labels"].get("nvidia.com/mig.config") == "all-1g.10gb"
+        for n in fleet.agents if n.startswith("h100")))
     assert_held(fleet)
     assert fleet.peak == 1
 
 
 def test_a_driver_that_never_gets_ready_stays_cordoned_and_halts_the_rollout(load_fixture, paced_config):
     fleet = fleet_of(load_fixture, version3(paced_config, 1, nodeReadyTimeoutSeconds=120), seed=7, jobs=0.0,
-                     never_ready=frozenset({"a100-000", "a100-001", "a100-002", "a100-003", "a100-004"}))
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    steps = run(fleet, until=lambda: any("failed" in str(v) for v in
-                                         ((fleet.cluster.budget() or {}).get("data") or {}).values()), faults=False)
-    failed = next(n for n, v in fleet.cluster.budget()["data"].items() if "failed" in v)
-    idle(fleet, 30)
-    assert fleet.cluster.holders() == {failed}, "nobody else started"
-    node = fleet.cluster.nodes[failed]
+                     never_ready={f"a100-{i:04d}" for i in range(5)})
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2")})
+    budget = lambda: fleet.server.get("configmaps", "gpu-operator", "gpu-stack-upgrade-budget") or {}  # noqa: E731
+    run(fleet, lambda: any("failed" in v for v in (budget().get("data") or {}).values()), hours=2)
+    failed = next(n for n, v in budget()["data"].items() if "failed" in v)
+    fleet.hub.run(fleet.hub.now + 3600)
+    assert fleet.holders() == {failed}, "nobody else started"
+    node = fleet.node(failed)
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["labels"]["gpu-stack/upgrade-state"] == "upgrade-failed"
-    assert any(r["event"] == "upgrade-failed" for r in fleet.logs[failed].records)
-    waiting = [r for name in fleet.logs for r in fleet.logs[name].records if r.get("why") == "halted"]
-    assert waiting and failed in waiting[-1]["failed"]
-    assert steps < 400
+    assert any(r["event"] == "upgrade-failed" for r in fleet.logs[f"agent/{failed}"])
 
 
 def test_a_paused_upgrade_starts_no_node(load_fixture, paced_config):
     fleet = fleet_of(load_fixture, version3(paced_config, 2, paused=True), seed=3)
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    idle(fleet, 20)
-    assert fleet.cluster.holders() == set() and fleet.out_of_service() == set()
-    assert fleet.cluster.evicted == []
-    fleet.config["removal"]["paused"] = False
-    run(fleet, until=lambda: fleet.upgraded(A100) and settled(fleet), faults=False)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2")})
+    fleet.hub.run(fleet.hub.now + 3600)
+    assert fleet.holders() == set() and fleet.out_of_service() == set() and fleet.server.evictions == []
+    document = fleet.feed.document
+    document["removal"]["paused"] = False
+    fleet.publish(document)
+    run(fleet, rolled(fleet, A100))
     assert_held(fleet)
 
 
-def test_a_deleted_node_holding_a_slot_frees_it_at_the_next_count(load_fixture, paced_config):
-    fleet = fleet_of(load_fixture, version3(paced_config, "10%"), seed=9, jobs=0.0)
-    fleet.roll_driver(A100, "aaaa0002", "rev2")
-    run(fleet, until=lambda: len(fleet.cluster.holders()) == 1, faults=False)
-    (gone,) = fleet.cluster.holders()
-    del fleet.cluster.nodes[gone]
-    del fleet.agents[gone]
-    fleet.cluster.pods = [p for p in fleet.cluster.pods if p["spec"]["nodeName"] != gone]
-    fleet.time += 601  # the stored count is older than COUNT_TTL_SECONDS on every agent's own clock
-    run(fleet, until=lambda: fleet.upgraded(A100) and settled(fleet), faults=False)
-    assert gone not in fleet.cluster.holders()
+@pytest.mark.parametrize("budget", [1, "10%"])
+def test_a_node_deleted_while_it_holds_a_slot_frees_it_at_once_whatever_the_budget(load_fixture, paced_config,
+                                                                                  budget):
+    fleet = fleet_of(load_fixture, version3(paced_config, budget), seed=9, jobs=1.0)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2")})
+    fleet.hub.run(DAY, done=lambda: len(fleet.holders()) == 1 and fleet.out_of_service())
+    (gone,) = fleet.holders()
+    fleet.delete_node(gone)
+    # Before 0.8.0 an integer budget never freed it: the whole rollout stopped until someone edited the budget.
+    fleet.hub.run(fleet.hub.now + 30, done=lambda: gone not in fleet.holders())
+    assert gone not in fleet.holders()
+    run(fleet, rolled(fleet, A100))
+    assert_held(fleet)
+
+
+def test_a_grant_whose_answer_was_lost_and_whose_change_was_reverted_leaves_no_slot(load_fixture, paced_config):
+    config = version3(paced_config, 1)
+    fleet = fleet_of(load_fixture, config, seed=13, jobs=0.0)
+    fleet.server.lose_response("patch_namespaced_config_map", "coordinator")
+    fleet.server.lose_response("create_namespaced_config_map", "coordinator")
+    document = fleet.feed.document
+    document["pools"][0]["deployLabels"].remove("nvidia.com/gpu.deploy.dcgm-exporter")
+    fleet.publish(document)
+    fleet.hub.run(DAY, done=lambda: bool(fleet.holders()))
+    fleet.publish(config)  # reverted
+    run(fleet, lambda: fleet.settled() and all(
+        fleet.node(n)["metadata"]["labels"].get("nvidia.com/gpu.deploy.dcgm-exporter") == "true"
+        for n in fleet.agents if n.startswith("a100")), hours=2)
+    assert_held(fleet)
+
+
+def test_failed_writes_never_delay_a_pending_change_for_long(load_fixture, paced_config):
+    config = version3(paced_config, 2)
+    fleet = fleet_of(load_fixture, config, seed=17, jobs=0.0)
+    for name in fleet.agents:
+        fleet.server.fail("patch_node", ApiException(status=500, reason="etcd timeout"), f"agent/{name}")
+    document = fleet.feed.document
+    document["pools"][0]["deployLabels"].remove("nvidia.com/gpu.deploy.dcgm-exporter")
+    fleet.publish(document)
+    # A minute for the file to reach every node, the backoff's first pause, and the change itself.
+    run(fleet, lambda: all(
+        "nvidia.com/gpu.deploy.dcgm-exporter" not in fleet.node(n)["metadata"]["labels"]
+        for n in fleet.agents if n.startswith("a100")) and fleet.settled(), hours=0.5)
+    assert_held(fleet)
+
+
+def test_a_handover_and_a_relayout_under_gpu_jobs_wait_for_them_without_eviction(load_fixture, paced_config):
+    config = version3(paced_config, 2, gpuPodEviction=False)
+    fleet = fleet_of(load_fixture, config, seed=19, jobs=1.0)
+    chaos(fleet, coordinator_restarts=False)
+    renamed = "nvidia-driver-daemonset-a100-v2"
+    fleet.put_daemonset(renamed, "cccc0001", "v2rev1", observed_after=0)
+    document = fleet.feed.document
+    document["pools"][0]["name"] = "a100-v2"
+    document["pools"][0]["labels"]["gpu-stack/driver"] = renamed
+    document["drivers"][renamed] = "cccc0001"
+    next(p for p in document["pools"] if p["name"] == "h100")["labels"]["nvidia.com/mig.config"] = "all-1g.10gb"
+    fleet.publish(document)
+    # The jobs end one by one over the next hours.
+    for i, name in enumerate(sorted(fleet.agents)):
+        fleet.hub.at(fleet.hub.now + 600 * (i + 1), lambda name=name: fleet.finish_job(name))
+    run(fleet, lambda: fleet.settled() and all(
+        fleet.node(n)["metadata"]["labels"].get("gpu-stack/driver") == renamed
+        for n in fleet.agents if n.startswith("a100")) and all(
+        fleet.node(n)["metadata"]["labels"].get("nvidia.com/mig.config.state") == "success"
+        and fleet.node(n)["metadata"]["labels"].get("nvidia.com/mig.config") == "all-1g.10gb"
+        for n in fleet.agents if n.startswith("h100")))
+    assert fleet.server.evictions == []
+    assert_held(fleet)
+
+
+def test_slots_go_first_come_first_served_not_by_name(load_fixture, paced_config):
+    fleet = fleet_of(load_fixture, version3(paced_config, 1), seed=23, jobs=0.0)
+    fleet.roll_drivers({A100: ("aaaa0002", "rev2"), H100: ("bbbb0002", "rev2")})
+    run(fleet, rolled(fleet, A100, H100))
+    order = [r["node"] for r in fleet.logs["coordinator"] if r.get("event") == "slot-granted"]
+    assert sorted(order) == sorted(fleet.agents)
+    assert order != sorted(order), "the nodes that came to need a slot together go in no order of their names"
+    assert_held(fleet)

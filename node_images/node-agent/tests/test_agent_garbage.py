@@ -4,6 +4,7 @@ the last good config while the agent runs."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 from unittest import mock
@@ -30,10 +31,12 @@ def garbage_node(node: dict[str, Any], **annotations: str) -> dict[str, Any]:
 
 
 def run_label(node_of: Any, config: Any, passes: int, log: Recorder) -> None:
+    """The Node read once, then each watch shows it as ``node_of`` has it then."""
     core = fake_api()
     core.read_node.side_effect = lambda *a, **k: model(node_of(), "V1Node")
     kube.run_label_loop(core, node_name="n1", load_config=lambda: config, resync_seconds=60, log=log,
-                        stop=stop_after(passes), sleep=lambda s: None, watch_events=lambda *a: iter(()),
+                        stop=stop_after(passes), sleep=lambda s: None,
+                        watch_events=lambda *a: iter([{"type": "MODIFIED", "object": copy.deepcopy(node_of())}]),
                         rng=lambda: 0.0)
 
 
@@ -72,7 +75,7 @@ def test_the_label_loop_warns_once_per_change_not_on_every_pass(load_fixture, po
         seen.append(node)
         return node
 
-    run_label(node_of, pool_config, 5, log)
+    run_label(node_of, pool_config, 12, log)
 
     warnings = [r for r in log.records if r["event"] == "label-invalid"]
     assert [w["label"] for w in warnings] == sorted(GARBAGE) + ["nvidia.com/gpu.deploy.operands"]

@@ -66,7 +66,7 @@ def test_list_calls_select_server_side(load_fixture):
 
 def test_a_blank_or_garbled_watch_line_is_skipped_not_a_failed_pass(fresh_node):
     core = fake_api()
-    with mock.patch.object(podwatch.watch, "Watch") as watch_cls:
+    with mock.patch.object(podwatch, "_RawWatch") as watch_cls:
         # What the client makes of a blank line and of a line that is not an event.
         watch_cls.return_value.stream.return_value = iter(
             [{"type": None, "object": None, "raw_object": None}, "garbage", {"type": "MODIFIED", "raw_object": "x"},
@@ -78,7 +78,7 @@ def test_a_blank_or_garbled_watch_line_is_skipped_not_a_failed_pass(fresh_node):
 
 def test_watch_node_watches_only_its_own_node(fresh_node):
     core = fake_api()
-    with mock.patch.object(podwatch.watch, "Watch") as watch_cls:
+    with mock.patch.object(podwatch, "_RawWatch") as watch_cls:
         watch_cls.return_value.stream.return_value = iter(
             [{"type": "MODIFIED", "object": object(), "raw_object": fresh_node}]
         )
@@ -89,6 +89,7 @@ def test_watch_node_watches_only_its_own_node(fresh_node):
         field_selector=f"metadata.name={NODE_NAME}",
         timeout_seconds=60,
         _request_timeout=60 + kube.WATCH_CLIENT_SLACK_SECONDS,
+        allow_watch_bookmarks=True,
         resource_version="48213577",
     )
     watch_cls.return_value.stop.assert_called_once()
@@ -127,7 +128,7 @@ def test_reconcile_sends_merge_patch_guarded_by_resource_version(fresh_node, con
     core = fake_api()
     log = Recorder()
 
-    assert kube.reconcile_node(core, fresh_node, config, log) is True
+    assert kube.reconcile_node(core, fresh_node, config, log) is not None
 
     core.patch_node.assert_called_once()
     kwargs = core.patch_node.call_args.kwargs
@@ -147,7 +148,7 @@ def test_reconcile_without_changes_sends_nothing(load_fixture, config):
     core = fake_api()
     log = Recorder()
 
-    assert kube.reconcile_node(core, load_fixture("node-a100-labelled"), config, log) is False
+    assert kube.reconcile_node(core, load_fixture("node-a100-labelled"), config, log) is None
 
     core.patch_node.assert_not_called()
     assert log.records == []
