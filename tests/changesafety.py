@@ -409,7 +409,7 @@ def change_node_agent_image(config: Config) -> Optional[Config]:
     if image is None:
         return None
     edited = _copy(config)
-    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.7.1"
+    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.8.1"
     return valid(edited)
 
 
@@ -485,7 +485,7 @@ EDITS = [
     Edit("host driver to managed driver", host_to_managed, "creates the pool's driver DaemonSet (and the driver state, if it is the first)"),
     Edit("change validation mode", change_validation_mode, "re-runs the stack gate in the new mode; nothing else changes"),
     Edit("change the node agent image", change_node_agent_image,
-         "updates the labeller and inventory DaemonSets and re-runs every gate with the new image"),
+         "updates the labeller and inventory DaemonSets and the upgrade coordinator, and re-runs every gate with the new image"),
     Edit("change monitoring options", change_monitoring, "updates the ServiceMonitors and the PrometheusRule in place"),
     Edit("change pull secrets", change_pull_secrets,
          "every pod template names them: every workload rolls in place, the drivers within the fleet's budget, wave by wave, keeping the loaded driver (same digest), and every gate re-runs"),

@@ -344,6 +344,7 @@ def expect_host_switch(before: Config, after: Config, stack: str) -> Expect:
 
 def expect_agent_image(before: Config, after: Config, stack: str) -> Expect:
     agents = {obj(after, "DaemonSet", name) for name in ("gpu-stack-node-labeler", "gpu-stack-node-inventory")}
+    agents.add(obj(after, "Deployment", "gpu-stack-upgrade-coordinator"))
     expect = Expect(update={a for a in agents if rendered(after, a, stack)}, rerun={gate(after, p) for p in gated(after)})
     if loaded(after).upgrade.wait_for_completion is not None:
         # Every driver pod runs the agent's wait-for-completion step first: the drivers roll too.

@@ -16,7 +16,7 @@ from gpustack.importer import ClusterFacts
 from stacktest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.7.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.8.0"
 CARRIED, NOT_CARRIED, NO_EFFECT = "carried", "not carried", "without effect"
 
 

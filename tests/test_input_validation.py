@@ -115,8 +115,8 @@ BAD = [
     ("alert for too long", put("gpu-stack:monitoring", "alerts", "utilizationFor", value="30d"), "gpu-stack:monitoring.alerts.utilizationFor", "longer than 7d"),
     ("negative timeout", put("gpu-stack:upgrade", "waitForCompletion", "timeoutSeconds", value=-5), "gpu-stack:upgrade.waitForCompletion.timeoutSeconds", "greater than or equal to 0"),
     # Image references, parsed by distribution/reference's grammar.
-    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.7.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
-    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.7.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
+    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.8.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
+    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.8.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
     ("agent short digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:abc"), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest algorithm", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@md5:" + "a" * 32), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest in tag", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:x@sha256:" + DIGEST64[:63]), "gpu-stack:nodeAgent.image", "not an image reference"),
@@ -161,7 +161,7 @@ GOOD = [
     ("tolerate everything", tolerations({"operator": "Exists"})),
     ("Equal with empty value", tolerations({"key": "k", "operator": "Equal", "effect": "NoSchedule"})),
     ("digest-pinned agent", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:" + DIGEST64)),
-    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.7.0@sha256:" + DIGEST64)),
+    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.8.0@sha256:" + DIGEST64)),
     ("registry with port and path", put("gpu-stack:registry", "override", value="registry.dc2.corp:5000/mirror")),
     ("label at the limits", put(DS, "labels", value={"a" * 63 + "." + "b" * 63 + "/" + "c" * 63: "d" * 63})),
     ("percent budget", put(DS, "maxUnavailable", value="100%")),
@@ -190,8 +190,8 @@ def test_bool_is_not_a_count():
 
 
 def test_image_references_parse_by_the_grammar():
-    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.7.0")
-    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.7.0", None)
+    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.8.0")
+    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.8.0", None)
     assert parse_image("gpu-stack/node-agent@sha256:" + DIGEST64).domain is None
     for bad in ("", "a b:1", "x:1\n", "registry.io/UPPER/x:1", "UPPER:1", "x@sha256:" + "a" * 63, "x:" + "t" * 129):
         with pytest.raises(ValueError):
@@ -236,8 +236,8 @@ def test_what_the_config_allows_the_node_agent_accepts():
     from components.config.upgrade import WaitForCompletion
 
     sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
-    from gpustack_agent import __main__ as agent_main
     from gpustack_agent import labels as agent_labels
+    from gpustack_agent import settings as agent_settings
 
     def upper_bound(model, field: str) -> int:
         return next(m.le for m in model.model_fields[field].metadata if hasattr(m, "le"))
@@ -247,7 +247,7 @@ def test_what_the_config_allows_the_node_agent_accepts():
     wave = Upgrade.model_fields["waves"].annotation.__args__[0]
     timeouts = [upper_bound(wave, "timeout_seconds"), upper_bound(Validation, "timeout_seconds"),
                 upper_bound(WaitForCompletion, "timeout_seconds")]
-    assert max(timeouts) <= agent_main.MAX_SECONDS
+    assert max(timeouts) <= agent_settings.MAX_SECONDS
 
 
 def test_the_fleet_budget_at_the_configs_bounds_is_a_document_the_node_agent_accepts():

@@ -259,12 +259,12 @@ class Nfd(_Model):
         )
 
 
-# The node-pools document this program writes is version 4 (components/kit/node_labeler.py); 0.7.0 is the first
-# agent that reads it (each node's driver DaemonSet chosen by the node image it runs). An older agent refuses the
-# document and changes no label, and none would ever replace a driver pod, so a stack would apply cleanly and then
-# never label a node nor upgrade a driver: refused here, where the tag says so (a digest cannot be judged and is
-# taken on trust).
-MIN_NODE_AGENT_VERSION = (0, 7, 0)
+# The node-pools document this program writes is version 4 (components/kit/node_labeler.py), and the program runs
+# the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots:
+# 0.8.0 is the first agent image with both. With an older one the coordinator cannot start and agents before 0.7.0
+# refuse the document, so a stack would apply and then never upgrade a driver: refused here, where the tag says so
+# (a digest cannot be judged and is taken on trust).
+MIN_NODE_AGENT_VERSION = (0, 8, 0)
 _SEMVER_TAG = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:[-+].*)?")
 
 
@@ -285,9 +285,10 @@ def _agent_version(value: Optional[str]) -> Optional[str]:
     if found and found[0] < MIN_NODE_AGENT_VERSION:
         minimum = ".".join(map(str, MIN_NODE_AGENT_VERSION))
         raise ValueError(
-            f"node agent {found[1]} cannot read the version-4 node-pools document this program writes and performs no "
-            f"driver upgrades; use {minimum} or later, which reads node-pools config version 4 (a driver DaemonSet per "
-            "node image) and performs driver upgrades within the fleet budget (node_images/node-agent)"
+            f"node agent {found[1]} has no upgrade coordinator (`coordinate`), which this program runs to grant the "
+            f"fleet's disruption budget; use {minimum} or later, which reads node-pools config version 4 (a driver "
+            "DaemonSet per node image) and performs driver upgrades within the fleet budget, granted in the order "
+            "nodes need them (node_images/node-agent)"
         )
     return value
 

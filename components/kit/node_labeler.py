@@ -9,7 +9,8 @@ and the agent (node_images/node-agent) applies them to its own node, keeping eve
 The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver.py): the document
 names each driver DaemonSet's template digest, and an agent replaces its own node's outdated driver pod only while
 it holds a slot of the fleet's one disruption budget (`removal`), which also paces driver handovers, deploy-label
-removals and MIG relayouts.
+removals and MIG relayouts. The upgrade coordinator beside it (kit/upgrade_coordinator.py) grants those slots, in
+the order nodes came to need them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from components.catalogs import consts
 from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset
 from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
+from components.kit.upgrade_coordinator import upgrade_coordinator
 from components.config import NodePool, Upgrade
 
 NAME = "gpu-stack-node-labeler"
@@ -197,15 +199,17 @@ CLUSTER_RULES = (
     rule([""], ["pods"], ["list", "watch"]),
     rule([""], ["pods/eviction"], ["create"]),
 )
-# In the operands' namespace. The budget ConfigMap, which the agents create at run time (Pulumi never declares it,
-# or a `pulumi up` would reset the slots in use): `create` cannot be limited to a name, get and update can. Driver
-# pods: deleting a node's outdated one is the upgrade (and a handover). DaemonSets and ControllerRevisions: whether
-# the driver DaemonSet in the cluster already carries the template the document names, and which pods are of it.
-# Leases: the removal budget of agents before 0.6.0, which still run while the agent DaemonSet itself rolls.
+# In the operands' namespace. The budget ConfigMap, which the coordinator creates at run time (Pulumi never declares
+# it, or a `pulumi up` would reset the slots in use): an agent reads its slot and gives it back or marks it failed
+# (patch); agents of 0.7.0, which took slots themselves, still run while the agent DaemonSet rolls to 0.8.0 and
+# create and update it. Driver pods: deleting a node's outdated one is the upgrade (and a handover). DaemonSets and
+# ControllerRevisions: whether the driver DaemonSet in the cluster already carries the template the document names,
+# and which pods are of it. Leases: the removal budget of agents before 0.6.0, which still run while the agent
+# DaemonSet itself rolls.
 ROLE_RULES = (
     rule([""], ["pods"], ["get", "list", "delete"]),
     rule([""], ["configmaps"], ["create"]),
-    rule([""], ["configmaps"], ["get", "update"], [BUDGET_CONFIGMAP]),
+    rule([""], ["configmaps"], ["get", "update", "patch"], [BUDGET_CONFIGMAP]),
     rule(["apps"], ["daemonsets"], ["get"]),
     rule(["apps"], ["controllerrevisions"], ["list"]),
     rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "delete"]),
@@ -227,6 +231,7 @@ GPU_NODE_AFFINITY = AffinityArgs(
 class NodeLabeler(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
     config_map: k8s.core.v1.ConfigMap
+    coordinator: list[pulumi.Resource]
 
     def __init__(
         self,
@@ -281,4 +286,7 @@ class NodeLabeler(pulumi.ComponentResource):
             volumes=[VolumeArgs(name="node-pools", config_map=ConfigMapVolumeSourceArgs(name=CONFIGMAP))],
             opts=also_after(child, *rbac.resources, self.config_map),
         )
+        self.coordinator = upgrade_coordinator(
+            ops, image=image, config_map=CONFIGMAP, config_dir=CONFIG_DIR, config_key=CONFIG_KEY,
+            budget_configmap=BUDGET_CONFIGMAP, security=AGENT_SECURITY, opts=also_after(child, self.config_map))
         self.register_outputs({"daemonset": NAME, "pools": [p.name for p in pools]})
