@@ -1,35 +1,34 @@
-"""Upgrade benchmark: how long a driver change takes to cross a fleet, how much of it is out of service at once,
-and what the node agents cost the API server while it does.
+"""Upgrade benchmark: the node agents' own code rolling a new driver across a fleet, in virtual time, against a fake
+API server that counts every request; and the standing load the agents put on the API server while nodes wait.
 
-Two fleets get a new driver version: 1,000 GPU nodes in 20 pools and 10,000 in 50 pools, a GPU job on about 90 %
-of the nodes (seeded), every pool on its own driver DaemonSet (no `daemonSetName` pin), three waves (one canary
-pool, the next 20 % of the pools, the rest) and `upgrade.maxUnavailable` set to the budget. Two rollouts per fleet:
+agents=real. Every GPU node runs ``python -m gpustack_agent label`` as the agent runs it (``run_label_agent``: the
+label loop and its Pacer) and the ``inventory`` loop; one ``coordinate`` process grants slots. They run as green
+threads in one process (node_images/node-agent/tests/simfleet.py), against node_images/node-agent/tests/
+simcluster.py's API server (resourceVersions and conflicts, selectors, metadata-only reads, watches resumed from a
+resourceVersion, bookmarks; every request counted). The inputs are the real program's renders
+(``gpustack.mockrun``): the node-pools document the agents and the coordinator read, each pool's driver DaemonSet
+and its template digest (OnDelete: asserted), the waves (the chain of gate Jobs each DaemonSet waits for), the
+budget and the agents' resync period. A second render with a new driver version gives the new digests.
 
-- gpu-stack, as built: the stack is rendered by the real program (`gpustack.mockrun`) and the rollout read back
-  from the render: each driver DaemonSet's pools (its `gpu-stack/pool` node affinity) and update strategy (it must
-  be OnDelete: the agents roll), its wave (the chain of gate Jobs it waits for), and the budget from the node-pools
-  document the agents read. The agents are simulated with the constants of node_images/node-agent: a node of a
-  wave whose DaemonSet changed finds out on its jittered schedule (`slots.waiting_poll_seconds`), then waits for a
-  slot; it takes one when its poll finds room or when a node giving one back wakes it (one of the first
-  `slots.wake_candidates` waiting nodes, at random). A holder is cordoned, its job evicted (terminationGracePeriod), its
-  driver pod deleted; the new pod's k8s-driver-manager stops the operands and unloads, the driver starts (startup
-  probe), the validator runs, the readiness probe passes, and the agent, watching its pods, uncordons and gives the
-  slot back. A wave ends when its gate sees every node validated; then Pulumi updates the next wave's DaemonSets.
-- the operator: its upgrade controller on the same nodes (fact sheet §5.2), maxParallelUpgrades and maxUnavailable
-  both the budget, one state transition per node per reconcile pass, passes on the events it watches (a node's
-  upgrade-state label) and otherwise every 2 minutes; the driver pod and the validator getting Ready are not
-  watched, so the next pass notices them.
+Simulated around the agents, with the step times of simfleet.StepTimes (the fact sheet's, and one assumption: 240 s
+to build and load a managed driver): the DaemonSet controller, the kubelet (grace periods, the new driver pod's
+init, startup probe, install and validation, a status report every five minutes), kubelet's ConfigMap volume sync
+(up to a minute late), and `pulumi up` as a model: the new document, then each wave's DaemonSets, the next wave once
+the gate Job would pass (every node of the wave on a Ready driver pod of the new revision, judged on the gate's
+15 s start and 10 s polls, plus 5 s for Pulumi's next step). A GPU job runs on about 90 % of the nodes (seeded).
 
-Step times are the fact sheet's (Appendix E, §2.3, §3, §5.3) except one assumption, the same for both: 240 s to
-build and load a managed driver. "Out of service" is cordon to uncordon for both. The physical limit is
-ceil(nodes / budget) times one node's time in gpu-stack's mechanism: no rollout within the budget can be faster.
+The operator's upgrade controller stays a model (``operator (model)``): its state machine on the same nodes (fact
+sheet §5.2), maxParallelUpgrades and maxUnavailable both the budget, one state transition per node per reconcile
+pass, passes on the events it watches and otherwise every 2 minutes.
 
-API requests: the requests one node's upgrade costs are counted by running the real agent (its Pacer) through a
-driver upgrade against the tests' fake API server (node_images/node-agent/tests/fleet.py); the standing load
-(idle watches, the inventory loop, waiting nodes' polls, holders' pod watches) follows from the agents' periods.
-Printed for each fleet, and for the load case of the issue: 10,000 nodes of which 9,000 wait and 1,000 hold slots.
+Printed per fleet: the rollout as before, plus ``agents=real``, ``standing_req_per_s`` (the fleet's requests/s
+while nothing moves: measured over the 20 minutes before the rollout), ``requests_per_node_upgrade`` (the rollout's
+requests beyond that standing rate, per node), ``max_wait_s`` (a node's longest time in line, from the coordinator's
+own log), ``name_turn_correlation`` (Spearman, name order against turn, within each wave, weighted by its nodes).
+Then the load cases: 10,000 nodes of which 9,000 wait in line and 1,000 hold slots (each cordoned, waiting for its
+GPU job to end), for 30 simulated minutes, under a count and a percentage budget.
 
-Run: `.venv/bin/python benchmarks/upgrade.py`. It reports and does not assert.
+Run: `.venv/bin/python benchmarks/upgrade.py` (two processes, one per core). It reports and does not assert.
 """
 
 from __future__ import annotations
@@ -37,8 +36,10 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import multiprocessing
 import random
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,56 +51,39 @@ for path in (PROJECT_DIR, AGENT_DIR, AGENT_DIR / "tests"):
         sys.path.insert(0, str(path))
 
 from components.config import stack_file_config  # noqa: E402
-from components.config.cluster import NodeAgent  # noqa: E402
 from components.kit import naming  # noqa: E402
 from gpustack.mockrun import Recording, run_program  # noqa: E402
 from gpustack.render import kubernetes_object  # noqa: E402
 from gpustack_agent import budget as agent_budget  # noqa: E402
-from gpustack_agent import pacer, slots  # noqa: E402
+from simcluster import NODES, PODS  # noqa: E402
+from simfleet import Fleet, StepTimes, labelled_nodes  # noqa: E402
 
 JOB_SHARE = 0.9
 SEED = 7
-# nodes, pools, budget (2.5 % and 2 %: each a multiple of a pool's size, so the canary wave fills the budget; a
-# wave whose nodes are not a multiple of the budget leaves slots idle at its end, the price of gating waves)
-FLEETS = ((1_000, 20, 25), (10_000, 50, 200))
-LOAD_CASE = (10_000, 1_000)  # nodes, of which hold a slot (the rest wait)
+# nodes, pools, budget (2.5 % and 2 % are multiples of a pool's size, so the canary wave fills the budget)
+FLEETS = ((1_000, 20, 25), (1_000, 20, "10%"), (10_000, 50, 200), (10_000, 50, "10%"))
+LOAD_CASES = ((10_000, 50, 1_000), (10_000, 50, "10%"))
+LOAD_SECONDS = 1800.0
+WARMUP_SECONDS = 1200.0
+LOAD_WARMUP_SECONDS = 600.0
 JOB = "kubernetes:batch/v1:Job"
 POOL_LABEL = "gpu-stack/pool"
-
-
-@dataclass(frozen=True)
-class StepTimes:
-    job_grace_s: float = 30.0  # terminationGracePeriodSeconds default of an evicted GPU job
-    old_pod_stop_s: float = 10.0  # the old driver pod's preStop and exit
-    operand_stop_s: float = 30.0  # k8s-driver-manager waits for operand pods to exit (§5.3 step 5)
-    unload_s: float = 10.0  # module unload and rootfs unmount (§5.3 step 9)
-    install_s: float = 240.0  # assumption: build and load a managed driver; not in the fact sheet
-    probe_delay_s: float = 60.0  # startup probe initialDelaySeconds, managed driver (§2.3)
-    probe_period_s: float = 10.0
-    validation_s: float = 60.0  # toolkit restart and the validator's driver, toolkit, cuda and plugin checks
-    event_s: float = 1.0  # a watch event reaches an agent and its pass runs
-    gate_start_s: float = 15.0
-    gate_poll_s: float = 10.0
-    pulumi_step_s: float = 5.0
-    operator_pass_s: float = 120.0  # upgrade controller requeue (§5.2)
-    operator_event_s: float = 1.0
-
-
+NEW_DRIVER = "580.105.08"
 STEPS = StepTimes()
+# What the gate Job and Pulumi add between two waves (the gate's first poll, its polls, Pulumi's next step).
+GATE_START_S, GATE_POLL_S, PULUMI_STEP_S = 15.0, 10.0, 5.0
+OPERATOR_PASS_S, OPERATOR_EVENT_S = 120.0, 1.0
+# The labels NFD puts on the bench's nodes: a GPU, and the OS every pool's driver image is built for.
+NODE_LABELS = {
+    "feature.node.kubernetes.io/pci-10de.present": "true",
+    "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    "feature.node.kubernetes.io/kernel-version.full": "5.15.0-139-generic",
+    "kubernetes.io/os": "linux",
+}
 
 
-@dataclass(frozen=True)
-class Node:
-    name: str
-    pool: str
-    has_job: bool
-
-
-def fleet(nodes: int, pools: int, seed: int = SEED) -> list[Node]:
-    rng = random.Random(seed)
-    per_pool = nodes // pools
-    return [Node(f"gpu-{p:02d}-{i:04d}", f"pool-{p:02d}", rng.random() < JOB_SHARE)
-            for p in range(pools) for i in range(per_pool)]
+# --- the program's renders -----------------------------------------------------------------------------------
 
 
 def waves_of(pools: int) -> list[tuple[str, range]]:
@@ -107,31 +91,46 @@ def waves_of(pools: int) -> list[tuple[str, range]]:
     return [("canary", range(0, 1)), ("early", range(1, 1 + early)), ("fleet", range(1 + early, pools))]
 
 
-def stack_config(pools: int, max_unavailable: int) -> dict[str, Any]:
+def stack_config(pools: int, max_unavailable: Any, *, driver: str | None = None, waves: bool = True,
+                 gpu_pod_eviction: bool = True) -> dict[str, Any]:
     """Every pool on its own driver DaemonSet (the default), three waves, the budget as maxUnavailable."""
     pool_list = [{"name": f"pool-{p:02d}", "nodeSelector": {"bench.gpu-stack/pool": f"p{p:02d}"},
                   "gpuModel": "H100-80GB", "os": "ubuntu22.04"} for p in range(pools)]
-    waves = [{"name": name, "pools": [f"pool-{p:02d}" for p in members]} for name, members in waves_of(pools)]
-    return stack_file_config({"config": {
+    upgrade: dict[str, Any] = {"maxUnavailable": max_unavailable, "gpuPodEviction": gpu_pod_eviction}
+    if waves:
+        upgrade["waves"] = [{"name": name, "pools": [f"pool-{p:02d}" for p in members]}
+                            for name, members in waves_of(pools)]
+    config: dict[str, Any] = {
         "gpu-stack:cluster": {"name": "bench", "context": "bench", "kubernetesVersions": ["1.33"]},
-        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.7.0"},
-        "gpu-stack:upgrade": {"maxUnavailable": max_unavailable, "waves": waves},
+        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.8.0"},
+        "gpu-stack:upgrade": upgrade,
         "gpu-stack:nodePools": pool_list,
-    }})
+    }
+    if driver:
+        config["gpu-stack:versions"] = {"driver": driver}
+    return stack_file_config({"config": config})
 
 
 @dataclass(frozen=True)
 class Rollout:
     wave_of_pool: dict[str, int]
+    daemonset_of_pool: dict[str, str]
     strategies: frozenset[str]
-    daemonsets: int
-    budget: Any
+    document: dict[str, Any]
     resync_seconds: int
+
+    @property
+    def daemonsets(self) -> int:
+        return len(set(self.daemonset_of_pool.values()))
+
+    @property
+    def budget(self) -> Any:
+        return self.document["removal"]["maxUnavailable"]
 
 
 def rendered_rollout(recording: Recording) -> Rollout:
-    """Each pool's wave (the chain of gate Jobs its DaemonSet waits for), the DaemonSets' update strategies and the
-    budget of the node-pools document, from the render."""
+    """Each pool's driver DaemonSet and wave (the chain of gate Jobs its DaemonSet waits for), the DaemonSets'
+    update strategies, the node-pools document and the agents' resync period, from the render."""
     by_urn = recording.by_urn()
 
     def waits_for(urn: str) -> set[str]:
@@ -155,8 +154,8 @@ def rendered_rollout(recording: Recording) -> Rollout:
         return depths[gate]
 
     wave_of_pool: dict[str, int] = {}
+    daemonset_of_pool: dict[str, str] = {}
     strategies: set[str] = set()
-    daemonsets = 0
     document: dict[str, Any] = {}
     resync = 0
     for registration in recording.registrations:
@@ -171,7 +170,6 @@ def rendered_rollout(recording: Recording) -> Rollout:
             resync = int(next(e["value"] for e in env if e["name"] == "RESYNC_SECONDS"))
         if obj["kind"] != "DaemonSet" or not name.startswith("nvidia-driver-daemonset"):
             continue
-        daemonsets += 1
         strategies.add(obj["spec"]["updateStrategy"]["type"])
         terms = obj["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -179,16 +177,241 @@ def rendered_rollout(recording: Recording) -> Rollout:
         wave = max((depth(g) for g in waits_for(registration.urn) if is_gate(g)), default=0)
         for pool in pools:
             wave_of_pool[pool] = wave
-    return Rollout(wave_of_pool, frozenset(strategies), daemonsets, document["removal"]["maxUnavailable"], resync)
+            daemonset_of_pool[pool] = name
+    return Rollout(wave_of_pool, daemonset_of_pool, frozenset(strategies), document, resync)
+
+
+# --- the fleet -----------------------------------------------------------------------------------------------
+
+
+def node_time(steps: StepTimes = STEPS) -> float:
+    """One node from its grant to its slot given back, with a GPU job: evicted, the old driver pod gone, the new
+    one created, through its init containers, install, probes and validation. No rollout within the budget takes
+    less than ceil(nodes / budget) of these in a row."""
+    return steps.job_grace_s + steps.old_pod_stop_s + steps.pod_create_s + steps.ready_after_start()
+
+
+def fake_inventory() -> Any:
+    """One node's GPUs as the inventory loop reads them (a recorded H100 node, replayed)."""
+    from unittest import mock
+
+    import fakenvml
+    from gpustack_agent import inventory
+
+    fake = fakenvml.FakeNvml([fakenvml.h100_80gb() for _ in range(8)])
+    with mock.patch.multiple("pynvml", **{name: getattr(fake, name) for name in dir(fake)
+                                          if name.startswith("nvml")}):
+        found = inventory.read_inventory()
+    return lambda: found
+
+
+def build_fleet(nodes: int, pools: int, rollout: Rollout, *, seed: int = SEED, jobs: float = JOB_SHARE) -> Fleet:
+    rng = random.Random(seed)
+    per_pool = nodes // pools
+    node_metadata = labelled_nodes(rollout.document, NODE_LABELS, {
+        f"pool-{p:02d}": per_pool for p in range(pools)})
+    with_jobs = [name for name in sorted(node_metadata) if rng.random() < jobs]
+    digests = rollout.document["drivers"]
+    fleet = Fleet(rollout.document, node_metadata, drivers={ds: (digest, "r1") for ds, digest in digests.items()},
+                  jobs=with_jobs, seed=seed, skew_seconds=600.0, steps=STEPS, resync_seconds=rollout.resync_seconds,
+                  inventory=fake_inventory())
+    for ds, digest in digests.items():
+        fleet.put_daemonset(ds, digest, "r1", observed_after=0)
+    fleet.settle_driver_pods()
+    fleet.start()
+    return fleet
+
+
+def requests(fleet: Fleet) -> int:
+    return fleet.server.count()
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        result = [0.0] * len(values)
+        for rank, index in enumerate(order):
+            result[index] = float(rank)
+        return result
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    rx, ry = ranks(xs), ranks(ys)
+    d2 = sum((a - b) ** 2 for a, b in zip(rx, ry))
+    return 1 - 6 * d2 / (n * (n * n - 1))
+
+
+def grants_of(fleet: Fleet) -> list[dict[str, Any]]:
+    return [r for r in fleet.logs.get("coordinator", []) if r.get("event") == "slot-granted"]
+
+
+# --- a rollout -----------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Outcome:
+class RolloutResult:
+    nodes: int
+    pools: int
+    budget: Any
+    slots: int
+    daemonsets: int
+    gpu_jobs: int
     waves: int
     max_disrupted: int
     jobs_evicted: int
     makespan_s: float
-    node_s: float = 0.0
+    every_node: bool
+    standing_req_per_s: float
+    requests_per_node_upgrade: float
+    max_wait_s: float
+    name_turn_correlation: float
+    over_budget: int
+    outside_slot: int
+    crashes: int
+    wall_s: float
+
+
+def run_rollout(nodes: int, pools: int, budget: Any) -> RolloutResult:
+    started = time.perf_counter()
+    rollout = rendered_rollout(run_program("bench-upgrade", stack_config(pools, budget)))
+    assert rollout.strategies == {"OnDelete"}, rollout.strategies
+    target = rendered_rollout(run_program("bench-upgrade", stack_config(pools, budget, driver=NEW_DRIVER)))
+    fleet = build_fleet(nodes, pools, rollout)
+    hub = fleet.hub
+    hub.run(WARMUP_SECONDS - 900.0)
+    idle_from, idle_count = hub.now, requests(fleet)
+    hub.run(WARMUP_SECONDS)
+    standing = (requests(fleet) - idle_count) / (hub.now - idle_from)
+    before = requests(fleet)
+    fleet._invariants.reset()
+    rollout_start = hub.now
+
+    waves = sorted(set(rollout.wave_of_pool.values()))
+    members: dict[int, set[str]] = {w: set() for w in waves}
+    wave_of_node: dict[str, int] = {}
+    for (_, name), found in fleet.server.objects[NODES].items():
+        pool = found["metadata"]["labels"].get(POOL_LABEL)
+        members[rollout.wave_of_pool[pool]].add(name)
+        wave_of_node[name] = rollout.wave_of_pool[pool]
+    remaining = {w: set(m) for w, m in members.items()}
+    new_revision = "r2"
+    finished_at: dict[str, float] = {}
+
+    def watch_pods(kind: str, old: Any, new: Any) -> None:
+        if kind != PODS or new is None or new["metadata"]["labels"].get("controller-revision-hash") != new_revision:
+            return
+        node = new["spec"].get("nodeName")
+        if node in wave_of_node and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                        for c in new["status"].get("conditions") or []):
+            remaining[wave_of_node[node]].discard(node)
+            finished_at.setdefault(node, hub.now)
+    fleet.server.observers.append(watch_pods)
+
+    fleet.publish(target.document)
+    current = 0
+
+    def update_wave(wave: int) -> None:
+        for pool, w in rollout.wave_of_pool.items():
+            if w == wave:
+                ds = rollout.daemonset_of_pool[pool]
+                fleet.put_daemonset(ds, target.document["drivers"][ds], new_revision)
+
+    update_wave(waves[current])
+    wave_started = hub.now
+    limit = hub.now + 48 * 3600
+    while True:
+        hub.run(limit, done=lambda: not remaining[waves[current]])
+        if remaining[waves[current]] or current == len(waves) - 1:
+            break
+        # The gate Job's first poll, then its polls, until it sees the wave done; then Pulumi's next step.
+        done_at = hub.now
+        polls = max(0, math.ceil((done_at - (wave_started + GATE_START_S)) / GATE_POLL_S))
+        hub.run(wave_started + GATE_START_S + polls * GATE_POLL_S + PULUMI_STEP_S)
+        current += 1
+        update_wave(waves[current])
+        wave_started = hub.now
+    # Every node through: its slot given back too.
+    hub.run(limit, done=lambda: not fleet.holders())
+    makespan = hub.now - rollout_start
+    total = requests(fleet) - before
+    extra = total - standing * makespan
+    grants = grants_of(fleet)
+    turn_of = {g["node"]: i for i, g in enumerate(grants) if g["reason"] == "driver-upgrade"}
+    correlations = []
+    for wave, names in members.items():
+        ordered = sorted(n for n in names if n in turn_of)
+        if len(ordered) > 1:
+            correlations.append((len(ordered), spearman(list(range(len(ordered))), [turn_of[n] for n in ordered])))
+    weight = sum(n for n, _ in correlations) or 1
+    slots = agent_budget.Limits(budget).slots(nodes)
+    return RolloutResult(
+        nodes=nodes, pools=pools, budget=budget, slots=slots, daemonsets=rollout.daemonsets,
+        gpu_jobs=len(fleet.jobs_on), waves=len(waves), max_disrupted=fleet.peak,
+        jobs_evicted=len(fleet.server.evictions), makespan_s=makespan,
+        every_node=all(not r for r in remaining.values()), standing_req_per_s=standing,
+        requests_per_node_upgrade=extra / max(1, len(finished_at)),
+        max_wait_s=max((g["waitedSeconds"] for g in grants), default=0.0),
+        name_turn_correlation=sum(n * c for n, c in correlations) / weight,
+        over_budget=len(fleet.over_budget), outside_slot=len(fleet.outside_slot), crashes=len(hub.crashes),
+        wall_s=time.perf_counter() - started)
+
+
+# --- the load case -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    nodes: int
+    budget: Any
+    waiting: int
+    holding: int
+    standing_req_per_s: float
+    by_method: dict[str, float]
+    open_watches: int
+    wall_s: float
+
+
+def run_load(nodes: int, pools: int, budget: Any) -> LoadResult:
+    """Every node needs a new driver, every node runs a GPU job that is not evicted (gpuPodEviction false): the
+    first `budget` nodes take slots and wait, cordoned, for their jobs; the rest wait in line. Measured over
+    LOAD_SECONDS once the holders are all holding."""
+    started = time.perf_counter()
+    rollout = rendered_rollout(run_program("bench-load", stack_config(pools, budget, waves=False,
+                                                                      gpu_pod_eviction=False)))
+    target = rendered_rollout(run_program("bench-load", stack_config(pools, budget, driver=NEW_DRIVER, waves=False,
+                                                                     gpu_pod_eviction=False)))
+    fleet = build_fleet(nodes, pools, rollout, jobs=1.0)
+    hub = fleet.hub
+    hub.run(LOAD_WARMUP_SECONDS)
+    fleet.roll_drivers({ds: (digest, "r2") for ds, digest in target.document["drivers"].items()})
+    slots = agent_budget.Limits(budget).slots(nodes)
+
+    def all_holding() -> bool:
+        return len(fleet.holders()) >= slots and len(fleet.out_of_service()) >= slots
+    hub.run(hub.now + 3600, done=all_holding)
+    hub.run(hub.now + 60)
+    before = dict(fleet.server.requests)
+    start = hub.now
+    hub.run(start + LOAD_SECONDS)
+    per_method: dict[str, float] = {}
+    for (caller, method), count in fleet.server.requests.items():
+        delta = count - before.get((caller, method), 0)
+        if delta:
+            per_method[method] = per_method.get(method, 0.0) + delta / LOAD_SECONDS
+    holding = len(fleet.holders())
+    return LoadResult(nodes=nodes, budget=budget, waiting=nodes - holding, holding=holding,
+                      standing_req_per_s=sum(per_method.values()), by_method=per_method,
+                      open_watches=fleet.server.open_watches(), wall_s=time.perf_counter() - started)
+
+
+# --- the operator, a model -----------------------------------------------------------------------------------
+
+
+@dataclass
+class OperatorOutcome:
+    max_disrupted: int
+    jobs_evicted: int
+    makespan_s: float
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -200,110 +423,13 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
-def driver_ready_after(start: float, init_s: float, steps: StepTimes) -> float:
-    container_start = start + init_s
-    probes = max(0, math.ceil((steps.install_s - steps.probe_delay_s) / steps.probe_period_s))
-    return container_start + steps.probe_delay_s + probes * steps.probe_period_s
-
-
-def node_time(has_job: bool, steps: StepTimes = STEPS) -> float:
-    """One node in gpu-stack's mechanism, from taking its slot to giving it back."""
-    drained = (steps.job_grace_s if has_job else 0.0) + steps.event_s
-    init_s = steps.old_pod_stop_s + steps.operand_stop_s + steps.unload_s
-    ready = driver_ready_after(drained, init_s, steps)
-    validated = ready + math.ceil(steps.validation_s / steps.probe_period_s) * steps.probe_period_s
-    return validated + steps.event_s
-
-
-def simulate_gpu_stack(nodes: list[Node], rollout: Rollout, steps: StepTimes = STEPS,
-                       seed: int = SEED) -> tuple[Outcome, dict[str, float]]:
-    """Event simulation of the agents and the budget; returns the outcome and counts of budget reads, wakes and
-    holds (for the request rate)."""
-    rng = random.Random(seed)
-    limit = agent_budget.Limits(rollout.budget).slots(len(nodes))
-    waves = sorted(set(rollout.wave_of_pool.values()))
-    counts = {"polls": 0.0, "wakes": 0.0, "holds": 0.0}
+def simulate_operator(has_job: list[bool], budget: int, steps: StepTimes = STEPS) -> OperatorOutcome:
+    """The upgrade controller's state machine (fact sheet §5.2), one transition per node per reconcile pass: a
+    model, not the operator's code."""
+    state = {i: "upgrade-required" for i in range(len(has_job))}
+    ready_at: dict[int, float] = {}
+    cordoned_at: dict[int, float] = {}
     disrupted: list[tuple[float, float]] = []
-    evicted = 0
-    clock = 0.0
-    for wave in waves:
-        members = [n for n in nodes if rollout.wave_of_pool.get(n.pool) == wave]
-        events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, node)
-        seq = 0
-
-        def push(when: float, kind: str, name: str) -> None:
-            nonlocal seq
-            seq += 1
-            heapq.heappush(events, (when, seq, kind, name))
-
-        by_name = {n.name: n for n in members}
-        pools_of_wave: dict[str, list[Node]] = {}
-        for node in members:
-            pools_of_wave.setdefault(node.pool, []).append(node)
-        for pool_nodes in pools_of_wave.values():
-            # The first of a DaemonSet's nodes finds its new template on its own jittered schedule; each node that
-            # finds it wakes one more (pacer._revision), so the rest know after log2(n) hops of one event each.
-            first = clock + min(slots.waiting_poll_seconds(len(nodes), rng.random) * rng.random() for _ in pool_nodes)
-            order = list(pool_nodes)
-            rng.shuffle(order)
-            for k, node in enumerate(order):
-                push(first + steps.event_s * math.floor(math.log2(k + 1)), "poll", node.name)
-        holders: set[str] = set()
-        waiting: set[str] = set()
-        done_at = clock
-        remaining = len(members)
-        while events:
-            now, _, kind, name = heapq.heappop(events)
-            if kind in ("poll", "wake"):
-                if name in holders or by_name[name] is None:
-                    continue
-                counts["polls"] += 1
-                if len(holders) < limit:
-                    holders.add(name)
-                    waiting.discard(name)
-                    node = by_name[name]
-                    evicted += node.has_job
-                    took = node_time(node.has_job, steps)
-                    disrupted.append((now, now + took))
-                    counts["holds"] += 1
-                    push(now + took, "release", name)
-                    candidates = sorted(waiting)[:slots.wake_candidates(limit)]
-                    if len(holders) < limit and candidates:
-                        # room left after taking a slot: the taker passes it on (slots.Slots.acquire)
-                        counts["wakes"] += 1
-                        push(now + steps.event_s, "wake", candidates[int(rng.random() * len(candidates))])
-                else:
-                    waiting.add(name)
-                    if kind == "poll":
-                        push(now + slots.waiting_poll_seconds(len(nodes), rng.random), "poll", name)
-            elif kind == "release":
-                holders.discard(name)
-                by_name[name] = None  # type: ignore[assignment]
-                remaining -= 1
-                done_at = max(done_at, now)
-                candidates = sorted(waiting)[:slots.wake_candidates(limit)]
-                if candidates:
-                    counts["wakes"] += 1
-                    target = candidates[int(rng.random() * len(candidates))]
-                    push(now + steps.event_s, "wake", target)
-            if remaining == 0:
-                break
-        if wave == waves[-1]:
-            clock = done_at
-        else:
-            first_poll = clock + steps.gate_start_s
-            polls = max(0, math.ceil((done_at - first_poll) / steps.gate_poll_s))
-            clock = first_poll + polls * steps.gate_poll_s + steps.pulumi_step_s
-    return Outcome(len(waves), max_overlap(disrupted), evicted, clock, node_time(True, steps)), counts
-
-
-def simulate_operator(nodes: list[Node], budget: int, steps: StepTimes = STEPS) -> Outcome:
-    """The upgrade controller's state machine (fact sheet §5.2), one transition per node per reconcile pass."""
-    state = {n.name: "upgrade-required" for n in nodes}
-    ready_at: dict[str, float] = {}
-    cordoned_at: dict[str, float] = {}
-    disrupted: list[tuple[float, float]] = []
-    by_name = {n.name: n for n in nodes}
     evicted = 0
     passes = [0.0]
     now = 0.0
@@ -312,11 +438,9 @@ def simulate_operator(nodes: list[Node], budget: int, steps: StepTimes = STEPS) 
         now = heapq.heappop(passes)
         while passes and passes[0] <= now:
             heapq.heappop(passes)
-        snapshot = [(name, current) for name, current in state.items() if current != "upgrade-done"]
         slots_left = max(0, budget - in_progress)
         changed = False
-        for name, current in snapshot:
-            node = by_name[name]
+        for name, current in [(n, s) for n, s in state.items() if s != "upgrade-done"]:
             before = state[name]
             if current == "upgrade-required":
                 if slots_left > 0:
@@ -330,16 +454,16 @@ def simulate_operator(nodes: list[Node], budget: int, steps: StepTimes = STEPS) 
                 state[name] = "pod-deletion-required"
             elif current == "pod-deletion-required":
                 if name not in ready_at:
-                    evicted += node.has_job
-                    ready_at[name] = now + (steps.job_grace_s if node.has_job else 0.0)
+                    evicted += has_job[name]
+                    ready_at[name] = now + (steps.job_grace_s if has_job[name] else 0.0)
                     heapq.heappush(passes, ready_at[name])
                 if ready_at[name] <= now:
                     del ready_at[name]
                     state[name] = "pod-restart-required"
             elif current == "pod-restart-required":
                 if name not in ready_at:
-                    init_s = steps.old_pod_stop_s + steps.operand_stop_s + steps.unload_s
-                    ready_at[name] = driver_ready_after(now, init_s, steps)
+                    ready_at[name] = now + steps.old_pod_stop_s + steps.pod_create_s + steps.ready_after_start() \
+                        - steps.validation_s
                 elif ready_at[name] <= now:
                     ready_at[name] = now + steps.validation_s
                     state[name] = "validation-required"
@@ -353,106 +477,60 @@ def simulate_operator(nodes: list[Node], budget: int, steps: StepTimes = STEPS) 
                 in_progress -= 1
             changed |= state[name] != before
         if changed:
-            heapq.heappush(passes, now + steps.operator_event_s)
-        heapq.heappush(passes, now + steps.operator_pass_s)
-    return Outcome(1, max_overlap(disrupted), evicted, now)
+            heapq.heappush(passes, now + OPERATOR_EVENT_S)
+        heapq.heappush(passes, now + OPERATOR_PASS_S)
+    return OperatorOutcome(max_overlap(disrupted), evicted, now)
 
 
-def requests_per_node_upgrade() -> dict[str, int]:
-    """The requests of one node's driver upgrade, by method, counted on the real agent against the fake API."""
-    from fleet import Fleet  # the tests' fleet in memory
-
-    config = json.loads((AGENT_DIR / "tests" / "fixtures" / "config-node-pools.json").read_text())
-    config["version"] = 3
-    config["removal"] = {"maxUnavailable": 1, "drain": False, "namespace": "gpu-operator", "driverUpgrade": "rolling",
-                         "gpuPodEviction": True, "nodeReadyTimeoutSeconds": 1800}
-    a100 = config["pools"][0]
-    a100["labels"]["gpu-stack/driver"] = "nvidia-driver-daemonset-a100"
-    config["drivers"] = {"nvidia-driver-daemonset-a100": "aaaa0001"}
-    base = json.loads((AGENT_DIR / "tests" / "fixtures" / "node-a100-labelled.json").read_text())
-    sim = Fleet(base, config, {"a100": 1}, seed=1, jobs=1.0, skew_seconds=0.0)
-    sim.cluster.put_daemonset("nvidia-driver-daemonset-a100", "aaaa0001", "rev1")
-    for name in sim.agents:
-        sim.pass_of(name)
-    sim.cluster.calls.clear()
-    sim.roll_driver("nvidia-driver-daemonset-a100", "aaaa0002", "rev2")
-    sim.time += 3600  # its check is due
-    seen = None
-    for _ in range(200):
-        # A pass when the label loop would run one: something on the node or its pods changed (its watches'
-        # events), not on every simulated tick.
-        state = json.dumps([sim.cluster.nodes, sim.cluster.pods], sort_keys=True, default=str)
-        if state != seen:
-            for name in sim.agents:
-                sim.pass_of(name)
-            seen = json.dumps([sim.cluster.nodes, sim.cluster.pods], sort_keys=True, default=str)
-        sim.tick(10.0)
-        if sim.upgraded("nvidia-driver-daemonset-a100") and not sim.cluster.holders():
-            break
-    counted: dict[str, int] = {}
-    for method in sim.cluster.calls:
-        counted[method] = counted.get(method, 0) + 1
-    return counted
+# --- the report ----------------------------------------------------------------------------------------------
 
 
-def request_rates(nodes: int, holding: int, waiting: int, node_s: float, resync: int,
-                  per_node: int) -> dict[str, float]:
-    """Requests/s of the whole fleet's agents while `holding` nodes hold slots and `waiting` wait."""
-    poll_mean = min(slots.WAITING_POLL_MAX_SECONDS, max(slots.WAITING_POLL_MIN_SECONDS,
-                                                        nodes / slots.WAITING_POLLS_PER_SECOND))
-    rates = {
-        # the label loop's node watch, re-established with a read of the node, every resync
-        "idle_watches": nodes * 2 / resync,
-        # the inventory loop reads its node every resync (it writes only when the verdict changes)
-        "inventory": nodes / resync,
-        "waiting_polls": waiting / poll_mean,
-        # a holder's pass on its watch's safety-net timeout: its node, its pods, a new pod watch
-        "holder_watches": holding * 3 / pacer.HOLD_WATCH_SECONDS,
-    }
-    standing = sum(rates.values())
-    rates["standing"] = standing
-    # the requests of each node's upgrade, at the rate nodes go through
-    rates["rollout"] = per_node * holding / node_s
-    rates["total"] = standing + rates["rollout"]
-    return rates
+def report_rollout(result: RolloutResult) -> list[str]:
+    rng = random.Random(SEED)
+    jobs = [rng.random() < JOB_SHARE for _ in range(result.nodes)]
+    operator = simulate_operator(jobs, result.slots)
+    physical = math.ceil(result.nodes / result.slots) * node_time()
+    return [
+        f"fleet nodes={result.nodes} pools={result.pools} gpu_jobs={result.gpu_jobs} budget={result.budget} "
+        f"slots={result.slots} driver_daemonsets={result.daemonsets}",
+        f"gpu-stack: agents=real waves={result.waves} max_unavailable={result.budget} "
+        f"max_disrupted={result.max_disrupted} jobs_evicted={result.jobs_evicted} "
+        f"makespan_min={result.makespan_s / 60:.1f} every_node={result.every_node} "
+        f"over_budget={result.over_budget} outside_slot={result.outside_slot} crashes={result.crashes}",
+        f"operator (model): max_disrupted={operator.max_disrupted} jobs_evicted={operator.jobs_evicted} "
+        f"makespan_min={operator.makespan_s / 60:.1f} makespan_ratio={result.makespan_s / operator.makespan_s:.2f}",
+        f"physical_limit_min={physical / 60:.1f} (ceil({result.nodes}/{result.slots}) x {node_time():.0f} s) "
+        f"ratio_to_physical={result.makespan_s / physical:.3f}",
+        f"standing_req_per_s={result.standing_req_per_s:.1f} "
+        f"requests_per_node_upgrade={result.requests_per_node_upgrade:.1f} max_wait_s={result.max_wait_s:.0f} "
+        f"name_turn_correlation={result.name_turn_correlation:.3f} wall_s={result.wall_s:.0f}",
+    ]
+
+
+def report_load(result: LoadResult) -> list[str]:
+    methods = " ".join(f"{k}={v:.2f}" for k, v in sorted(result.by_method.items(), key=lambda kv: -kv[1]))
+    return [f"load nodes={result.nodes} budget={result.budget} waiting={result.waiting} holding={result.holding} "
+            f"agents=real standing_req_per_s={result.standing_req_per_s:.1f} open_watches={result.open_watches} "
+            f"wall_s={result.wall_s:.0f}",
+            f"load per method: {methods}"]
+
+
+def _case(case: tuple[str, tuple[Any, ...]]) -> list[str]:
+    kind, args = case
+    if kind == "rollout":
+        return report_rollout(run_rollout(*args))
+    return report_load(run_load(*args))
 
 
 def main() -> int:
-    per_node_calls = requests_per_node_upgrade()
-    per_node = sum(per_node_calls.values())
-    print(f"requests per node upgrade (real agent, fake API): {per_node} "
-          f"({', '.join(f'{k}={v}' for k, v in sorted(per_node_calls.items()))})")
-    resync = NodeAgent.model_fields["resync_seconds"].default
-    for nodes_count, pools, budget in FLEETS:
-        nodes = fleet(nodes_count, pools)
-        rollout = rendered_rollout(run_program("bench-upgrade", stack_config(pools, budget)))
-        assert rollout.strategies == {"OnDelete"}, rollout.strategies
-        ours, counts = simulate_gpu_stack(nodes, rollout)
-        operator = simulate_operator(nodes, budget)
-        physical = math.ceil(len(nodes) / budget) * ours.node_s
-        per_wave = {}
-        for node in nodes:
-            wave = rollout.wave_of_pool[node.pool]
-            per_wave[wave] = per_wave.get(wave, 0) + 1
-        wave_batches = sum(math.ceil(count / budget) for count in per_wave.values())
-        print(f"fleet nodes={len(nodes)} pools={pools} gpu_jobs={sum(n.has_job for n in nodes)} budget={budget} "
-              f"driver_daemonsets={rollout.daemonsets}")
-        print(f"gpu-stack: waves={ours.waves} max_unavailable={rollout.budget} max_disrupted={ours.max_disrupted} "
-              f"jobs_evicted={ours.jobs_evicted} makespan_min={ours.makespan_s / 60:.1f}")
-        print(f"operator: waves={operator.waves} max_disrupted={operator.max_disrupted} "
-              f"jobs_evicted={operator.jobs_evicted} makespan_min={operator.makespan_s / 60:.1f}")
-        print(f"makespan_ratio={ours.makespan_s / operator.makespan_s:.2f}")
-        print(f"physical_limit_min={physical / 60:.1f} (ceil({len(nodes)}/{budget}) x {ours.node_s:.0f} s) "
-              f"ratio_to_physical={ours.makespan_s / physical:.2f} "
-              f"wave_batches={wave_batches} (waves {', '.join(str(per_wave[w]) for w in sorted(per_wave))} nodes)")
-        rates = request_rates(len(nodes), budget, len(nodes) - budget, ours.node_s, rollout.resync_seconds or resync,
-                              per_node)
-        print("api_requests_per_s " + " ".join(f"{k}={v:.1f}" for k, v in rates.items())
-              + f" budget_reads={counts['polls']:.0f} wakes={counts['wakes']:.0f}")
-    nodes_count, holding = LOAD_CASE
-    rates = request_rates(nodes_count, holding, nodes_count - holding, node_time(True), resync, per_node)
-    print(f"load nodes={nodes_count} waiting={nodes_count - holding} holding={holding} resync_s={resync}: "
-          + " ".join(f"{k}={v:.1f}" for k, v in rates.items()))
+    started = time.perf_counter()
+    cases = [("rollout", fleet) for fleet in FLEETS] + [("load", case) for case in LOAD_CASES]
+    # The largest first, so that two processes finish together.
+    cases.sort(key=lambda c: -c[1][0])
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        for lines in pool.imap(_case, cases):
+            print("\n".join(lines), flush=True)
+    print(f"benchmark_wall_s={time.perf_counter() - started:.0f}")
     return 0
 
 

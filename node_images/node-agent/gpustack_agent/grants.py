@@ -22,7 +22,10 @@ This module is pure: nodes are dicts shaped like ``kubectl get node -o json``.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from . import budget
 
 REQUEST_ANNOTATION = "gpu-stack/slot-request"
 GRANT_ANNOTATION = "gpu-stack/slot-grant"
@@ -75,3 +78,25 @@ def driver_revision(node: Mapping[str, Any]) -> str | None:
 def granted(record: Mapping[str, Any] | None, grant: str | None) -> bool:
     """Whether the budget's slot ``record`` is the one ``grant`` names."""
     return record is not None and grant is not None and record.get(GRANT_KEY) == grant
+
+
+@dataclass
+class Hold:
+    """A slot this node holds: what it was granted for, and how far the change has come."""
+
+    reason: str
+    # None: a slot an agent before 0.8.0 took for itself, resumed after the upgrade.
+    grant: str | None
+    # A driver upgrade's target, as the coordinator granted it (None: the node's own label and config say).
+    daemonset: str | None = None
+    digest: str | None = None
+    failed: bool = False
+    drain_started: float | None = None
+    restart_started: float | None = None
+    evicted: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":
+        return cls(reason=str(record.get("reason") or budget.LABEL_REMOVAL), grant=grant,
+                   daemonset=record.get(DAEMONSET_KEY) or None, digest=record.get(DIGEST_KEY) or None,
+                   failed=bool(record.get("failed")))

@@ -13,11 +13,9 @@ so tests can drive one or two iterations against a mocked API.
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import urllib3
 from kubernetes import client, config
@@ -25,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import backoff, drift, gate, inventory, labelcheck, labels, pods
 from . import podwatch
-from .podwatch import HEALTHY, NEUTRAL, SHORT, follow, watch_node_pods
+from .podwatch import HEALTHY, SHORT
 
 # The client would otherwise send a dict body as a strategic merge patch; the
 # patches computed here are JSON merge patches (null deletes a key).
@@ -172,7 +170,7 @@ def apply_label_patch(core: Any, node: Mapping[str, Any], patch: Mapping[str, An
 # (podwatch.py holds them: its watches report them too.)
 
 
-def _keep_running(
+def keep_running(
     one_pass: Callable[[], str],
     *,
     node_name: str,
@@ -215,216 +213,6 @@ def _keep_running(
             log({"level": "warning", "event": "watch-ended-early", "node": node_name,
                  "delaySeconds": round(delay, 3)})
             sleep(delay)
-
-
-@dataclass(frozen=True)
-class Next:
-    """What one reconcile asks of the label loop: to look again within ``seconds`` at the latest (None: at the
-    resync), and whether to watch the node's pods instead of its Node (``pods``): then the reconciler's
-    :class:`.podwatch.PodCache` is kept current from that watch, and each event the reconciler ``wants`` is
-    reconciled at once, without a read."""
-
-    seconds: float | None = None
-    pods: bool = False
-
-
-class Reconciler(Protocol):
-    """The contract of the label loop's reconcile: brings one node in line and says when to look again."""
-
-    # The node as the reconciler last read or wrote it: where the loop's next watch of the Node resumes from.
-    node: Mapping[str, Any] | None
-    pods: podwatch.PodCache
-
-    def __call__(self, node: Mapping[str, Any], config: Any) -> Next: ...
-
-    def wants(self, pod_event: Mapping[str, Any]) -> bool: ...
-
-
-class _Immediate:
-    """The reconcile of a version 1 document: every change at once, nothing to wait for."""
-
-    def __init__(self, core: Any, log: Log) -> None:
-        self.core, self.log = core, log
-        self.node: Mapping[str, Any] | None = None
-        self.pods = podwatch.PodCache(core, "")
-
-    def __call__(self, node: Mapping[str, Any], config: Any) -> Next:
-        self.node = node
-        reconcile_node(self.core, node, config, self.log)
-        return Next()
-
-    def wants(self, pod_event: Mapping[str, Any]) -> bool:
-        return False
-
-
-class _NodeView:
-    """The Node as the loop last saw it, and the resourceVersion its next watch resumes from."""
-
-    def __init__(self) -> None:
-        self.node: Mapping[str, Any] | None = None
-        self.resource_version: str | None = None
-
-    def set(self, node: Mapping[str, Any] | None) -> None:
-        self.node = node
-        self.resource_version = podwatch.resource_version_of(node or {}) if node is not None else None
-
-
-def _judged_part(node: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """What a reconcile reads of a Node: its labels, annotations and spec (cordon, taints), not its status."""
-    metadata = node.get("metadata") or {}
-    return metadata.get("labels"), metadata.get("annotations"), node.get("spec")
-
-
-def watch_timeout(wait: Next, resync_seconds: int) -> int:
-    """The watch's timeout for ``wait``: never shorter than asked (rounded up, so the next pass does not come a
-    fraction of a second early and find nothing due), never longer than the resync."""
-    seconds = resync_seconds if wait.seconds is None else min(float(resync_seconds), wait.seconds)
-    return max(1, math.ceil(seconds))
-
-
-def run_label_loop(
-    core: Any,
-    *,
-    node_name: str,
-    load_config: Callable[[], Any],
-    resync_seconds: int,
-    log: Log,
-    stop: Callable[[], bool] = lambda: False,
-    sleep: Callable[[float], None] = time.sleep,
-    watch_events: Watcher = watch_node,
-    rng: Callable[[], float] = random.random,
-    reconcile: Reconciler | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    watch_pods: Watcher | None = None,
-) -> None:
-    """Keep the node's labels reconciled until ``stop()`` is true.
-
-    Each pass reconciles the node, then watches it until the reconcile's :class:`Next` is due (at most
-    ``resync_seconds``), reconciling on every change; the watch timing out is the periodic resync that picks up
-    config file changes (they produce no node event). The Node is read once: every later watch resumes from the
-    last resourceVersion seen (bookmarks keep it fresh), as client-go's reflectors do; it is read again only after
-    a watch failed (a resourceVersion the server no longer has among the causes). With an invalid config the labels
-    stay as they are: guessing could strip deploy labels from every node (the agent's ``load_config``,
-    :class:`.configfile.ConfigSource`, returns the last good one instead).
-
-    ``reconcile`` (default: every change at once, :func:`reconcile_node`) is :class:`.pacer.Pacer` in the agent.
-    While it asks for the node's pods (``Next.pods``: a holder waiting for pods to leave or a new driver to get
-    Ready), the loop watches them instead of the Node, from its reconciler's own list of them.
-
-    A watch the server ends long before its timeout (closed at once, an empty stream) counts as a failure: the
-    next pass waits the loop's backoff. Labels and annotations the agent cannot make sense of are logged once
-    each (``label-invalid``).
-    """
-    reconciler: Reconciler = reconcile if reconcile is not None else _Immediate(core, log)
-    warnings = labelcheck.Warnings(log)
-    view = _NodeView()
-    # What the last reconcile was given (the Node's judged part, the config) and what it answered, and when.
-    handled: list[Any] = [None]
-
-    def handle(node: Mapping[str, Any]) -> Next:
-        config_data = load_config()
-        try:
-            config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
-        except labels.ConfigError:
-            # The reconcile reports it (config-invalid) and changes nothing; without a config, nothing to judge.
-            handled[0] = None
-            return reconciler(node, config_data)
-        warnings.report(node_name, labelcheck.label_problems(node, config))
-        wait = reconciler(node, config)
-        # The reconcile's own writes answered with the Node as written: newer than what it was given, and where the
-        # next watch resumes from (its own changes need no event).
-        seen = reconciler.node or node
-        view.set(seen)
-        handled[0] = (_judged_part(seen), config, wait, clock())
-        return wait
-
-    def unchanged(node: Mapping[str, Any]) -> bool:
-        """An event that changes nothing a reconcile reads (the kubelet's status reports): no pass for it."""
-        last = handled[0]
-        if last is None or last[0] != _judged_part(node):
-            return False
-        config = load_config()
-        return last[1] is config or last[1] == config
-
-    def resume(node: Mapping[str, Any]) -> Next | None:
-        """At a resync, the last answer while it still stands: the Node and the config are as the reconcile saw
-        them and what it asked to be woken for is not due. The watch saw every change of the Node (it resumed from
-        the last resourceVersion), so a reconcile could only answer the same."""
-        last = handled[0]
-        if last is None or last[2].pods or not unchanged(node):
-            return None
-        due = None if last[2].seconds is None else last[3] + last[2].seconds
-        if due is not None and clock() >= due - 0.5:
-            return None
-        return Next(seconds=None if due is None else due - clock())
-
-    def sooner(wait: Next, started: float, timeout: int) -> bool:
-        return wait.seconds is not None and clock() + wait.seconds < started + timeout - 0.5
-
-    def node_phase(wait: Next) -> str:
-        timeout = watch_timeout(wait, resync_seconds)
-        started = clock()
-
-        def ends_pass(event: Mapping[str, Any]) -> bool:
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == podwatch.BOOKMARK:
-                view.resource_version = podwatch.resource_version_of(obj) or view.resource_version
-                return stop()
-            if kind == podwatch.DELETED:
-                view.set(None)
-                return True
-            if kind not in (podwatch.ADDED, podwatch.MODIFIED):
-                return stop()
-            view.set(obj)
-            if stop():
-                return True
-            if unchanged(obj):
-                return False
-            # A node event that asks for another kind of wait, or a sooner look, starts a new pass.
-            after = handle(obj)
-            return after.pods or sooner(after, started, timeout)
-
-        return follow(watch_events(core, node_name, timeout, view.resource_version), ends_pass, timeout, started,
-                      clock)
-
-    def pods_phase(wait: Next) -> str:
-        pods = reconciler.pods
-        if not pods.known:
-            pods.refresh()
-        view.set(reconciler.node)
-        timeout = watch_timeout(wait, resync_seconds)
-        started = clock()
-        pods.live = True
-
-        def ends_pass(event: Mapping[str, Any]) -> bool:
-            pods.apply(event)
-            if stop():
-                return True
-            if event.get("type") == podwatch.BOOKMARK or not reconciler.wants(event):
-                return False
-            after = handle(reconciler.node or {})
-            return not after.pods or sooner(after, started, timeout)
-
-        events = (watch_pods or watch_node_pods)(core, node_name, timeout, pods.resource_version)
-        return follow(events, ends_pass, timeout, started, clock)
-
-    def one_pass() -> str:
-        try:
-            if view.node is None:
-                view.set(get_node(core, node_name))
-            wait = resume(view.node or {}) or handle(view.node or {})
-            if wait.pods:
-                return pods_phase(wait)
-            reconciler.pods.live = False
-            return node_phase(wait)
-        except BaseException:
-            # Whatever failed, the next pass starts from a fresh read of the Node and of the node's pods.
-            view.set(None)
-            reconciler.pods.live = False
-            reconciler.pods.forget()
-            raise
-
-    _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
 
 def run_inventory_loop(
@@ -473,7 +261,7 @@ def run_inventory_loop(
         sleep(resync_seconds)
         return HEALTHY
 
-    _keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
+    keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)
 
 
 def run_gate(

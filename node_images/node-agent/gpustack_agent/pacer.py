@@ -1,6 +1,6 @@
 """One node's disruptions, paced by the fleet's budget: the requests behind :mod:`.removal` and :mod:`.upgrade`.
 
-A :class:`Pacer` is the label loop's reconcile for one node (``kube.run_label_loop(reconcile=pacer)``). With a
+A :class:`Pacer` is the label loop's reconcile for one node (``labelloop.run_label_loop(reconcile=pacer)``). With a
 version 1 config it applies every change at once, as agents before 0.4.0 did. With ``removal`` (versions 2 to 4)
 each change that takes the node (or part of it) out of service waits for a slot of the budget, which the upgrade
 coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`):
@@ -30,12 +30,9 @@ import datetime
 import json
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from kubernetes.client.exceptions import ApiException
-
-from . import budget, grants, kube, labels, podwatch, removal, slots, upgrade
+from . import budget, grants, kube, labelloop, labels, podops, podwatch, removal, revisions, slots, upgrade
 from . import pods as podinfo
 
 Now = Callable[[], datetime.datetime]
@@ -49,28 +46,6 @@ HOLD_WATCH_SECONDS = 1800.0
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-@dataclass
-class Hold:
-    """A slot this node holds: what it was granted for, and how far the change has come."""
-
-    reason: str
-    # None: a slot an agent before 0.8.0 took for itself, resumed after the upgrade.
-    grant: str | None
-    # A driver upgrade's target, as the coordinator granted it (None: the node's own label and config say).
-    daemonset: str | None = None
-    digest: str | None = None
-    failed: bool = False
-    drain_started: float | None = None
-    restart_started: float | None = None
-    evicted: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":
-        return cls(reason=str(record.get("reason") or budget.LABEL_REMOVAL), grant=grant,
-                   daemonset=record.get(grants.DAEMONSET_KEY) or None, digest=record.get(grants.DIGEST_KEY) or None,
-                   failed=bool(record.get("failed")))
 
 
 class Pacer:
@@ -89,21 +64,20 @@ class Pacer:
         self.slots = slots.Slots(core, node_name=node_name, log=log)
         self.pods = podwatch.PodCache(core, node_name)
         self.node: dict[str, Any] | None = None
-        self.hold: Hold | None = None
+        self.hold: grants.Hold | None = None
         self._resumed = False
         self._checked_config: labels.Config | None = None
         self._next_check = 0.0
-        # (DaemonSet, template digest) -> (current revision, its DRIVER_CONFIG_DIGEST)
-        self._revisions: dict[tuple[str, str], tuple[str, str | None]] = {}
+        self.revisions = revisions.DriverRevisions(apps)
         self._last_notice: tuple[str, str] | None = None
 
-    def __call__(self, node: Mapping[str, Any], config_data: Any) -> kube.Next:
+    def __call__(self, node: Mapping[str, Any], config_data: Any) -> labelloop.Next:
         config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
         self.node = dict(node)
         if config.removal is None:
             written = kube.reconcile_node(self.core, node, config, self.log)
             self.node = written or self.node
-            return kube.Next()
+            return labelloop.Next()
         self.pods.forget()
         wait = self._reconcile(config, config.removal)
         return wait
@@ -125,7 +99,7 @@ class Pacer:
     def _operand_pods(self, namespace: str) -> list[dict[str, Any]]:
         return [p for p in self._pods() if podinfo.metadata(p).get("namespace") == namespace]
 
-    def _reconcile(self, config: labels.Config, rules: labels.Removal) -> kube.Next:
+    def _reconcile(self, config: labels.Config, rules: labels.Removal) -> labelloop.Next:
         if not self._resumed:
             self._resume(rules)
         self._accept_grant(rules)
@@ -156,7 +130,7 @@ class Pacer:
             self._checked_config = config
             self._next_check = self.clock() + RECHECK_SECONDS * (0.5 + self.rng())
         if wait.seconds is None and not wait.pods and self.hold is None:
-            wait = kube.Next(seconds=max(1.0, self._next_check - self.clock()))
+            wait = labelloop.Next(seconds=max(1.0, self._next_check - self.clock()))
         return wait
 
     def _node(self) -> dict[str, Any]:
@@ -181,7 +155,7 @@ class Pacer:
         record = self.slots.record(rules.namespace)
         if record is None:
             return
-        self.hold = Hold.of(record, record.get(grants.GRANT_KEY))
+        self.hold = grants.Hold.of(record, record.get(grants.GRANT_KEY))
         self.log({"level": "info", "event": "slot-resumed", "node": self.node_name, "reason": self.hold.reason})
 
     def _accept_grant(self, rules: labels.Removal) -> None:
@@ -195,27 +169,27 @@ class Pacer:
             self._patch({"metadata": {"annotations": {grants.GRANT_ANNOTATION: None}}})
             return
         assert record is not None
-        self.hold = Hold.of(record, grant)
+        self.hold = grants.Hold.of(record, grant)
         self._last_notice = None
         self.log({"level": "info", "event": "slot-acquired", "node": self.node_name, "reason": self.hold.reason,
                   "grant": grant})
 
-    def _ask(self, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
+    def _ask(self, rules: labels.Removal, plan: removal.Plan) -> labelloop.Next:
         """Ask the coordinator for a slot for ``plan``, and wait: the grant comes as an event of the Node. A
         removal that does not drain never waits in line while GPU work runs on the node: it watches the work end."""
         node = self._node()
         request = grants.request_of(node)
         if self._waiting_in_line() and request is not None and request["reason"] == plan.reason:
-            return kube.Next()
+            return labelloop.Next()
         if self._removal_without_drain(plan, rules) and self._busy_with_gpu_work(plan, rules):
             self._withdraw()
-            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+            return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
         self._patch({"metadata": {
             "labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.WAITING},
             "annotations": {grants.REQUEST_ANNOTATION: grants.request_value(plan.reason,
                                                                             budget.format_time(self.now()))}}})
         self._notice("info", "slot-requested", reason=plan.reason)
-        return kube.Next()
+        return labelloop.Next()
 
     def _waiting_in_line(self) -> bool:
         node = self._node()
@@ -229,20 +203,20 @@ class Pacer:
         self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: None},
                                   "annotations": {grants.REQUEST_ANNOTATION: None}}})
 
-    def _idle(self, config: labels.Config, rules: labels.Removal, looked: bool) -> kube.Next:
+    def _idle(self, config: labels.Config, rules: labels.Removal, looked: bool) -> labelloop.Next:
         self._withdraw()
         if not looked:
-            return kube.Next()
+            return labelloop.Next()
         self._publish_driver_revision(config, rules)
         if self._driver_pod_expected(config, rules):
             # A new node: its driver pod comes after its deploy labels. Its revision is what the coordinator judges
             # upgrades by, so the agent follows the pods until the pod is there.
-            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
-        return kube.Next()
+            return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+        return labelloop.Next()
 
     # --- holding a slot ---------------------------------------------------------------------------------
 
-    def _hold_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
+    def _hold_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> labelloop.Next:
         assert self.hold is not None
         if self.hold.reason == budget.DRIVER_UPGRADE:
             return self._upgrade_step(config, rules)
@@ -266,7 +240,7 @@ class Pacer:
 
     # --- label changes (handover, removal, MIG relayout) ------------------------------------------------
 
-    def _change_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> kube.Next:
+    def _change_step(self, config: labels.Config, rules: labels.Removal, plan: removal.Plan) -> labelloop.Next:
         if plan.paced:
             ready = self._ready_for_change(config, rules, plan)
             if ready is not None:
@@ -287,13 +261,13 @@ class Pacer:
             if removal.MIG_STATE_LABEL in labels_of(self._node()) and labels_of(self._node()).get(
                     removal.MIG_STATE_LABEL) in removal.MIG_IN_PROGRESS:
                 # The MIG manager reports on the Node, not in a pod: its Node's events move this wait on.
-                return kube.Next(seconds=HOLD_WATCH_SECONDS)
-            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+                return labelloop.Next(seconds=HOLD_WATCH_SECONDS)
+            return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
         self._finish(config, rules)
-        return kube.Next()
+        return labelloop.Next()
 
     def _ready_for_change(self, config: labels.Config, rules: labels.Removal,
-                          plan: removal.Plan) -> kube.Next | None:
+                          plan: removal.Plan) -> labelloop.Next | None:
         """None once the node may be changed (cordoned, its GPU work gone, or a handover that keeps the loaded
         driver); otherwise what to wait for."""
         if self._removal_without_drain(plan, rules):
@@ -302,13 +276,13 @@ class Pacer:
                 # Work bound before the cordon must not lose its GPUs, and must not keep a slot for as long as it
                 # runs: given back, asked for again once the work ended.
                 self._finish(config, rules, state=None)
-                return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+                return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
             return None
         if plan.driver_change and self._handover_keeps_driver(config, rules, plan):
             return None
         if self._drained_for_upgrade(rules):
             return None
-        return kube.Next(pods=True, seconds=self._drain_wait(rules))
+        return labelloop.Next(pods=True, seconds=self._drain_wait(rules))
 
     @staticmethod
     def _removal_without_drain(plan: removal.Plan, rules: labels.Removal) -> bool:
@@ -322,7 +296,7 @@ class Pacer:
         digest = config.drivers.get(new or "")
         if not new or not digest:
             return False
-        known = self._revision(new, digest, rules.namespace)
+        known = self.revisions.current(new, digest, rules.namespace)
         if known is None:
             return False
         serving = [p for p in self._operand_pods(rules.namespace) if podinfo.is_driver_pod(p)
@@ -340,35 +314,15 @@ class Pacer:
         digest = self.hold.digest or config.drivers.get(daemonset or "")
         return (daemonset, digest) if daemonset and digest else None
 
-    def _revision(self, daemonset: str, digest: str, namespace: str) -> tuple[str, str | None] | None:
-        """The current revision of ``daemonset`` (and its DRIVER_CONFIG_DIGEST) once it runs the template ``digest``
-        names; cached per digest, so a node reads each DaemonSet once per rollout."""
-        key = (daemonset, digest)
-        if key not in self._revisions:
-            found = kube.read_daemon_set(self.apps, namespace, daemonset)
-            revisions: list[dict[str, Any]] = []
-            if found is not None:
-                selector = ",".join(f"{k}={v}" for k, v in sorted(
-                    (((found.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}).items()))
-                result = self.apps.list_namespaced_controller_revision(
-                    namespace=namespace, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
-                revisions = kube.as_dict(self.apps, result).get("items") or []
-            revision = upgrade.current_revision(found, revisions, digest)
-            if revision is None:
-                # Not written yet, or the DaemonSet controller has not caught up: asked again on a later pass.
-                return None
-            self._revisions[key] = (revision, upgrade.revision_config_digest(revisions, revision))
-        return self._revisions[key]
-
-    def _upgrade_step(self, config: labels.Config, rules: labels.Removal) -> kube.Next:
+    def _upgrade_step(self, config: labels.Config, rules: labels.Removal) -> labelloop.Next:
         assert self.hold is not None
         target = self._target(config)
-        known = self._revision(*target, rules.namespace) if target else None
+        known = self.revisions.current(*target, rules.namespace) if target else None
         if target is None or known is None:
             # The node left its driver DaemonSet, or the DaemonSet moved on to another template since the grant (the
             # coordinator grants again for that one): nothing to do under this slot.
             self._finish(config, rules)
-            return kube.Next()
+            return labelloop.Next()
         daemonset, revision = target[0], known[0]
         operands = self._operand_pods(rules.namespace)
         if upgrade.upgraded(operands, daemonset, revision):
@@ -377,34 +331,34 @@ class Pacer:
             self.log({"level": "info", "event": "driver-upgraded", "node": self.node_name, "daemonset": daemonset,
                       "revision": revision})
             self._finish(config, rules)
-            return kube.Next()
+            return labelloop.Next()
         old = upgrade.outdated_pod(operands, daemonset, revision)
         if old is not None:
             if upgrade.keeps_driver(old, known[1]):
                 self._notice("info", "driver-restart", reason="same driver install: no cordon, no eviction")
             elif not self._drained_for_upgrade(rules):
-                return kube.Next(pods=True, seconds=self._drain_wait(rules))
+                return labelloop.Next(pods=True, seconds=self._drain_wait(rules))
             self._delete_pod(rules.namespace, podinfo.name(old), "out of date: its DaemonSet has a new template")
             self.hold.restart_started = self.clock()
             self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.RESTARTING}}})
-            return kube.Next(pods=True, seconds=float(rules.node_ready_timeout_seconds) + 1)
+            return labelloop.Next(pods=True, seconds=float(rules.node_ready_timeout_seconds) + 1)
         if self.hold.restart_started is None:
             if not upgrade.driver_pods(operands, daemonset) and upgrade.state_of(self._node()) != upgrade.RESTARTING:
                 # No driver pod of it on the node, and none deleted by this agent: nothing to upgrade (the node's
                 # driver is not deployed, or was never there); the revision label goes so it is not granted again.
                 self._finish(config, rules)
-                return kube.Next()
+                return labelloop.Next()
             # Resumed after a restart with the old pod already gone: the bound counts from now.
             self.hold.restart_started = self.clock()
         waited = self.clock() - self.hold.restart_started
         if waited > rules.node_ready_timeout_seconds and not self.hold.failed:
             self._fail(rules, f"the new driver pod of {daemonset} was not Ready (validated) within "
                               f"{rules.node_ready_timeout_seconds}s")
-            return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
+            return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS)
         self._notice("info", "slot-holding", reason=self.hold.reason,
                      waitingFor=[f"a Ready driver pod of {daemonset} at revision {revision}"])
         left = rules.node_ready_timeout_seconds - waited
-        return kube.Next(pods=True, seconds=HOLD_WATCH_SECONDS if self.hold.failed else max(1.0, left + 1))
+        return labelloop.Next(pods=True, seconds=HOLD_WATCH_SECONDS if self.hold.failed else max(1.0, left + 1))
 
     def _driver_revision(self, config: labels.Config, rules: labels.Removal) -> str | None:
         """The revision of the node's live driver pod of the DaemonSet its gpu-stack/driver label names."""
@@ -506,36 +460,10 @@ class Pacer:
     def _evict(self, work: Sequence[Mapping[str, Any]]) -> None:
         assert self.hold is not None
         self._notice("info", "draining", **removal.named_pods(work))
-        for pod in work:
-            ref = podinfo.ref(pod)
-            if podinfo.is_terminating(pod) or ref in self.hold.evicted:
-                continue
-            metadata = podinfo.metadata(pod)
-            body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")}}
-            try:
-                self.core.create_namespaced_pod_eviction(
-                    name=metadata.get("name"), namespace=metadata.get("namespace"), body=body,
-                    _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
-            except ApiException as exc:
-                if exc.status == 429:
-                    # A PodDisruptionBudget allows no disruption now; asked again next pass, until the drain timeout.
-                    self.log({"level": "warning", "event": "eviction-blocked", "node": self.node_name, "pod": ref})
-                    continue
-                if exc.status != 404:
-                    raise
-            self.hold.evicted.add(ref)
+        podops.evict(self.core, work, self.hold.evicted, node_name=self.node_name, log=self.log)
 
     def _delete_pod(self, namespace: str, name: str, why: str) -> None:
-        try:
-            self.core.delete_namespaced_pod(name=name, namespace=namespace,
-                                            _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return
-        self.log({"level": "info", "event": "driver-pod-deleted", "node": self.node_name,
-                  "pod": f"{namespace}/{name}", "reason": why})
+        podops.delete_pod(self.core, namespace, name, why, node_name=self.node_name, log=self.log)
 
     def _delete_orphans(self, namespace: str, names: Sequence[str]) -> None:
         for name in names:

@@ -1,7 +1,7 @@
 """A cluster in memory, in virtual time, for running the node agent's own code at fleet scale.
 
 - :class:`Hub` runs green threads (greenlet) in virtual time: an agent's ``sleep`` and a watch with nothing to read
-  park its green thread until the hub's clock reaches the moment, so 10,000 real label loops (``kube.run_label_loop``
+  park its green thread until the hub's clock reaches the moment, so 10,000 real label loops (``labelloop.run_label_loop``
   with its ``Pacer``, as ``python -m gpustack_agent label`` wires them) and the coordinator run in one process.
 - :class:`Server` is the API server: nodes, pods, ConfigMaps, DaemonSets and ControllerRevisions with
   resourceVersions, merge patches with resourceVersion preconditions (409), label- and field-selected lists, metadata

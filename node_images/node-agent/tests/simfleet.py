@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 import greenlet
 
 from gpustack_agent import __main__ as agent_main
-from gpustack_agent import budget, coordinator, kube, labels
+from gpustack_agent import budget, coordinate, kube, labels
 from simcluster import CONFIG_MAPS, DAEMON_SETS, NODES, PODS, Api, GreenRuntime, Hub, Server
 
 NAMESPACE = "gpu-operator"
@@ -258,7 +258,7 @@ class Fleet:
         load = self.feed.reader("coordinator")
 
         def run() -> None:
-            coordinator.run(api, api, namespace=self.namespace, load_config=load, log=self._log("coordinator"),
+            coordinate.run(api, api, namespace=self.namespace, load_config=load, log=self._log("coordinator"),
                             sleep=self.hub.sleep, clock=lambda: self.hub.now,
                             now=lambda: EPOCH + datetime.timedelta(seconds=self.hub.now), rng=task_rng.random,
                             runtime=runtime)

@@ -9,7 +9,7 @@ import datetime
 import json
 from typing import Any, Mapping
 
-from gpustack_agent import budget, coordinator, informer, kube, labels
+from gpustack_agent import budget, coordinate, coordinator, informer, labelloop, labels
 from gpustack_agent.pacer import Pacer
 from simcluster import CONFIG_MAPS, DAEMON_SETS, NODES, PODS, Api, Hub, Server
 
@@ -43,7 +43,7 @@ class Agent:
                            now=lambda: EPOCH + datetime.timedelta(seconds=cluster.hub.now + skew),
                            clock=lambda: cluster.hub.now, rng=lambda: 0.5)
 
-    def reconcile(self, config: Mapping[str, Any] | labels.Config) -> kube.Next:
+    def reconcile(self, config: Mapping[str, Any] | labels.Config) -> labelloop.Next:
         """One pass: what the label loop does on an event of the Node or at a resync."""
         return self.pacer(self.api.read_node(self.node), config)
 
@@ -159,10 +159,10 @@ class Cluster:
         if self.coordinator is not None:
             # The same process: its line keeps its order, its grants their numbering.
             state.line, state._grants = self.coordinator.line, self.coordinator._grants
-        for source in coordinator.sources(self.coordinator_api, self.coordinator_api, NAMESPACE):
+        for source in coordinate.sources(self.coordinator_api, self.coordinator_api, NAMESPACE):
             items, _ = source.list(self.coordinator_api.api_client)
             state.observe(source.name, informer.SYNC, items)
         before = len(self.coordinator_log.records)
-        coordinator.Actions(self.coordinator_api, self.coordinator_api, state, self.coordinator_log).step(parsed)
+        coordinate.Actions(self.coordinator_api, self.coordinator_api, state, self.coordinator_log).step(parsed)
         self.coordinator = state
         return self.coordinator_log.records[before:]

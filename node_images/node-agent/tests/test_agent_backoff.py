@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agenttest import Recorder, fake_api, model, stop_after
 from fakenvml import FakeNvml, a100_40gb
-from gpustack_agent import backoff, inventory, kube, podwatch
+from gpustack_agent import backoff, inventory, kube, labelloop, podwatch
 
 # rng=1.0: every pause is the whole ceiling, 1, 2, 4, ... up to the cap of 30 s.
 GROWING = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
@@ -41,7 +41,7 @@ def labelled(load_fixture) -> dict[str, Any]:
 
 
 def label_loop(core: Any, config: Any, clock: Clock, watch_events: Any, passes: int, log: Recorder) -> None:
-    kube.run_label_loop(core, node_name="n1", load_config=lambda: config, resync_seconds=60, log=log,
+    labelloop.run_label_loop(core, node_name="n1", load_config=lambda: config, resync_seconds=60, log=log,
                         stop=stop_after(passes), sleep=clock.sleep, watch_events=watch_events, rng=lambda: 1.0,
                         clock=clock)
 
@@ -123,13 +123,13 @@ def test_an_unexpected_error_in_a_pass_is_logged_and_backed_off_not_a_crash(labe
         node = None
         pods = podwatch.PodCache(core, "n1")
 
-        def __call__(self, node: Any, config: Any) -> kube.Next:
+        def __call__(self, node: Any, config: Any) -> labelloop.Next:
             raise KeyError("metadata")
 
         def wants(self, event: Any) -> bool:
             return False
 
-    kube.run_label_loop(core, node_name="n1", load_config=lambda: pool_config, resync_seconds=60, log=log,
+    labelloop.run_label_loop(core, node_name="n1", load_config=lambda: pool_config, resync_seconds=60, log=log,
                         stop=stop_after(3), sleep=clock.sleep, watch_events=lambda *a: iter(()), rng=lambda: 1.0,
                         clock=clock, reconcile=Broken())
 

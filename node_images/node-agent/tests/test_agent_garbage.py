@@ -14,7 +14,7 @@ import pytest
 import gpustack_agent.__main__ as cli
 from agenttest import Recorder, fake_api, model, stop_after
 from fakenvml import FakeNvml, a100_40gb
-from gpustack_agent import configfile, inventory, kube, labelcheck, labels
+from gpustack_agent import configfile, inventory, kube, labelcheck, labelloop, labels
 
 GARBAGE = {
     "feature.node.kubernetes.io/pci-10de.present": "yes",
@@ -34,7 +34,7 @@ def run_label(node_of: Any, config: Any, passes: int, log: Recorder) -> None:
     """The Node read once, then each watch shows it as ``node_of`` has it then."""
     core = fake_api()
     core.read_node.side_effect = lambda *a, **k: model(node_of(), "V1Node")
-    kube.run_label_loop(core, node_name="n1", load_config=lambda: config, resync_seconds=60, log=log,
+    labelloop.run_label_loop(core, node_name="n1", load_config=lambda: config, resync_seconds=60, log=log,
                         stop=stop_after(passes), sleep=lambda s: None,
                         watch_events=lambda *a: iter([{"type": "MODIFIED", "object": copy.deepcopy(node_of())}]),
                         rng=lambda: 0.0)

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import Recorder, fake_api, model, stop_after
-from gpustack_agent import gate, kube, labels, podwatch
+from gpustack_agent import gate, kube, labelloop, labels, podwatch
 
 NODE_NAME = "ip-10-0-12-34.ec2.internal"
 
@@ -167,7 +167,7 @@ def test_label_loop_reconciles_on_start_and_on_watch_events(fresh_node, apply_pa
         yield {"type": "MODIFIED", "object": user_opted_out}  # someone removed gpu.present
 
     log = Recorder()
-    kube.run_label_loop(
+    labelloop.run_label_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=log,
         stop=stop_after(3), sleep=mock.Mock(), watch_events=watch_events,
     )
@@ -187,7 +187,7 @@ def test_label_loop_retries_conflict_with_a_fresh_read(fresh_node, pool_config):
     sleep = mock.Mock()
     log = Recorder()
 
-    kube.run_label_loop(
+    labelloop.run_label_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=log,
         stop=stop_after(2), sleep=sleep, watch_events=lambda *a: iter(()), rng=lambda: 0.0,
     )
@@ -205,7 +205,7 @@ def test_label_loop_backs_off_on_server_errors(fresh_node, pool_config):
     core.read_node.side_effect = [ApiException(status=503), ApiException(status=500), model(fresh_node, "V1Node")]
     sleep = mock.Mock()
 
-    kube.run_label_loop(
+    labelloop.run_label_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=Recorder(),
         stop=stop_after(3), sleep=sleep, watch_events=lambda *a: iter(()), rng=lambda: 1.0,
     )
@@ -220,7 +220,7 @@ def test_label_loop_gives_up_on_errors_retrying_cannot_fix(pool_config):
     core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
 
     with pytest.raises(ApiException):
-        kube.run_label_loop(
+        labelloop.run_label_loop(
             core, node_name=NODE_NAME, load_config=lambda: pool_config, resync_seconds=60, log=Recorder(),
             stop=stop_after(5), sleep=mock.Mock(), watch_events=lambda *a: iter(()),
         )
@@ -232,7 +232,7 @@ def test_label_loop_leaves_labels_alone_with_an_invalid_config(fresh_node, pool_
     sleep = mock.Mock()
     log = Recorder()
 
-    kube.run_label_loop(
+    labelloop.run_label_loop(
         core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=5), resync_seconds=45,
         log=log, stop=stop_after(1), sleep=sleep, watch_events=lambda *a: iter(()),
     )

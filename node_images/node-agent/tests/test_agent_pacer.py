@@ -8,14 +8,13 @@ lets time pass (terminating pods go)."""
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from agenttest import A100_DRIVER, driver_pod, finished, gpu_job_pod, operand_pod, renamed
-from gpustack_agent import grants, kube, labels, upgrade
+from agenttest import A100_DRIVER, driver_pod, gpu_job_pod, operand_pod, renamed
+from gpustack_agent import grants, labelloop, labels, upgrade
 from simcluster import NODES
 from stepcluster import Agent, Cluster
 
@@ -743,7 +742,7 @@ def test_the_label_loop_watches_pods_while_holding_judging_every_event_without_a
 
     before = agent.requests()
     lists_before = cluster.server.by_method([agent.api.caller]).get("list_pod_for_all_namespaces", 0)
-    kube.run_label_loop(agent.api, node_name=NODE, load_config=lambda: config, resync_seconds=900, log=agent.log,
+    labelloop.run_label_loop(agent.api, node_name=NODE, load_config=lambda: config, resync_seconds=900, log=agent.log,
                         stop=iter([False] * 3 + [True] * 10).__next__, sleep=lambda s: None,
                         watch_events=lambda *a: iter(()), watch_pods=watch_pods, rng=lambda: 1.0,
                         reconcile=agent.pacer, clock=lambda: cluster.hub.now)
@@ -763,7 +762,7 @@ def test_the_label_loop_backs_off_failed_requests(load_fixture, paced_config):
     agent = Agent(cluster, NODE)
     sleeps: list[float] = []
 
-    kube.run_label_loop(agent.api, node_name=NODE, load_config=lambda: without_exporter(paced_config),
+    labelloop.run_label_loop(agent.api, node_name=NODE, load_config=lambda: without_exporter(paced_config),
                         resync_seconds=900, log=agent.log, stop=iter([False, False, True]).__next__,
                         sleep=sleeps.append, watch_events=lambda *a: iter(()), rng=lambda: 1.0,
                         reconcile=agent.pacer, clock=lambda: cluster.hub.now)
@@ -780,7 +779,7 @@ def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends(pool_con
     node = {"metadata": {"name": NODE, "resourceVersion": "1", "labels": {"a": "1"}}}
     core = fake_api()
     core.read_node.return_value = model(node, "V1Node")
-    waits = iter([kube.Next(), kube.Next(seconds=10.0), kube.Next(), kube.Next()])
+    waits = iter([labelloop.Next(), labelloop.Next(seconds=10.0), labelloop.Next(), labelloop.Next()])
     calls: list[str] = []
     watches: list[tuple[int, str | None]] = []
 
@@ -788,7 +787,7 @@ def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends(pool_con
         node = None
         pods = podwatch.PodCache(core, NODE)
 
-        def __call__(self, seen: Any, config: Any) -> kube.Next:
+        def __call__(self, seen: Any, config: Any) -> labelloop.Next:
             calls.append(seen["metadata"]["resourceVersion"])
             return next(waits)
 
@@ -803,7 +802,7 @@ def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends(pool_con
                                                                    "labels": {"a": version}}}}
 
     config = labels.parse_config(pool_config)
-    kube.run_label_loop(core, node_name=NODE, load_config=lambda: config, resync_seconds=60, log=Recorder(),
+    labelloop.run_label_loop(core, node_name=NODE, load_config=lambda: config, resync_seconds=60, log=Recorder(),
                         stop=iter([False] * 5 + [True] * 10).__next__, sleep=lambda s: None,
                         watch_events=watch_events, reconcile=Reconcile(), clock=lambda: 0.0)
 
