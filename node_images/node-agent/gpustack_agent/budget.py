@@ -36,7 +36,6 @@ GPU_NODES_ANNOTATION = "gpu-stack/gpu-nodes"
 # Why a node holds a slot.
 DRIVER_UPGRADE, DRIVER_HANDOVER, LABEL_REMOVAL, MIG_RELAYOUT = "driver-upgrade", "driver-handover", "label-removal", "mig-relayout"
 
-HOLDING, ACQUIRE, FULL, HALTED, PAUSED = "holding", "acquire", "full", "halted", "paused"
 
 
 @dataclass(frozen=True)
@@ -67,17 +66,31 @@ def format_time(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def holders(budget: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """node -> slot record; a record that is not a JSON object still holds its slot (someone wrote it by hand:
-    ignoring it would admit one node too many)."""
+def parse_record(raw: Any) -> dict[str, Any]:
+    """One slot record; one that is not a JSON object still holds its slot (someone wrote it by hand: ignoring it
+    would admit one node too many)."""
+    try:
+        parsed = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"reason": "unreadable"}
+
+
+def holders(budget: Mapping[str, Any] | None, known: Mapping[str, tuple[Any, dict[str, Any]]] | None = None
+            ) -> dict[str, dict[str, Any]]:
+    """node -> slot record. ``known`` (node -> (raw, record) of an earlier read) saves parsing the records that did
+    not change: a 1,000-holder budget changes one record at a time."""
     result: dict[str, dict[str, Any]] = {}
     for node, raw in ((budget or {}).get("data") or {}).items():
-        try:
-            record = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
-            record = None
-        result[node] = record if isinstance(record, dict) else {"reason": "unreadable"}
+        earlier = (known or {}).get(node)
+        result[node] = earlier[1] if earlier is not None and earlier[0] == raw else parse_record(raw)
     return result
+
+
+def holder(budget: Mapping[str, Any] | None, node: str) -> dict[str, Any] | None:
+    """``node``'s slot record, None if it holds none (the others are not parsed)."""
+    data = (budget or {}).get("data") or {}
+    return parse_record(data[node]) if node in data else None
 
 
 def gpu_nodes(budget: Mapping[str, Any] | None) -> int | None:
@@ -85,23 +98,6 @@ def gpu_nodes(budget: Mapping[str, Any] | None) -> int | None:
     annotations = ((budget or {}).get("metadata") or {}).get("annotations") or {}
     raw = annotations.get(GPU_NODES_ANNOTATION)
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 7 else None
-
-
-def failed_holders(budget: Mapping[str, Any] | None) -> list[str]:
-    return sorted(node for node, record in holders(budget).items() if record.get("failed"))
-
-
-def decide(budget: Mapping[str, Any] | None, node: str, limits: Limits, count: int | None) -> str:
-    """What ``node`` can do now: HOLDING (it is a holder), ACQUIRE (there is room), or why it waits: PAUSED
-    (``upgrade.paused``), HALTED (a holder failed), FULL."""
-    current = holders(budget)
-    if node in current:
-        return HOLDING
-    if limits.paused:
-        return PAUSED
-    if any(record.get("failed") for record in current.values()):
-        return HALTED
-    return ACQUIRE if len(current) < limits.slots(count) else FULL
 
 
 def record(reason: str, now: datetime.datetime, **extra: Any) -> str:
@@ -142,7 +138,7 @@ def release_patch(nodes: set[str] | frozenset[str]) -> dict[str, Any]:
 def mark_patch(budget: Mapping[str, Any], node: str, why: str | None) -> dict[str, Any] | None:
     """A compare-and-swap patch marking ``node``'s slot failed (``why``) or clearing the mark (None); None when
     there is nothing to change (no such slot, or already so)."""
-    current = holders(budget).get(node)
+    current = holder(budget, node)
     if current is None or bool(current.get("failed")) == (why is not None):
         return None
     changed = {k: v for k, v in current.items() if k != "failed"}

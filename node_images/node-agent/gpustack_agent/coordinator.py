@@ -104,6 +104,7 @@ class Coordinator:
         self.suspects: set[str] = set()
         self.config: labels.Config | None = None
         self._holders: tuple[str | None, dict[str, dict[str, Any]]] | None = None
+        self._records: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._epoch = "%08x" % int(rng() * 0xFFFFFFFF)
         self._grants = 0
 
@@ -136,7 +137,7 @@ class Coordinator:
 
     def _holders_changed(self, before: Mapping[str, Any]) -> None:
         after = self.holders()
-        changed = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
+        changed = {n for n in set(before) | set(after) if before.get(n) is not after.get(n)}
         self.dirty |= changed
         # A new holder the coordinator does not see (no label it watches): whether its Node exists is read once.
         self.suspects |= {n for n in changed if n in after and n not in self.nodes}
@@ -207,10 +208,14 @@ class Coordinator:
     # --- the line ----------------------------------------------------------------------------------------
 
     def holders(self) -> dict[str, dict[str, Any]]:
-        """The budget's slots, parsed once per version of the budget."""
+        """The budget's slots, each record parsed once for as long as it does not change."""
         version = ((self.budget or {}).get("metadata") or {}).get("resourceVersion")
         if self._holders is None or self._holders[0] != version or version is None:
-            self._holders = (version, budget.holders(self.budget))
+            data = (self.budget or {}).get("data") or {}
+            known = self._records
+            parsed = budget.holders(self.budget, known)
+            self._records = {node: (data[node], record) for node, record in parsed.items()}
+            self._holders = (version, parsed)
         return self._holders[1]
 
     def count(self) -> int:
@@ -305,7 +310,7 @@ class Coordinator:
         free: set[str] = set()
         deliver: list[tuple[str, str]] = []
         held = self.holders()
-        for name in sorted(names & set(held)):
+        for name in sorted(n for n in names if n in held):
             record = held[name]
             grant = record.get(grants.GRANT_KEY)
             node = self.nodes.get(name)

@@ -39,7 +39,7 @@ class Slots:
 
     def record(self, namespace: str) -> dict[str, Any] | None:
         """This node's slot record as the budget holds it now, None if it holds none."""
-        return budget.holders(self.read(namespace)).get(self.node_name)
+        return budget.holder(self.read(namespace), self.node_name)
 
     def release(self, namespace: str) -> None:
         """Give this node's slot back; the coordinator, watching the budget, grants it to the next node."""

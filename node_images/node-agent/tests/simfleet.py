@@ -496,7 +496,6 @@ class Invariants:
         # Nodes with a managed driver: what a percentage budget counts.
         self.managed: set[str] = set()
         self._outside: set[str] = set()
-        self._last_state: Any = None
         # (time, node, what) for every driver pod deleted and every MIG relayout started under running GPU work.
         self.under_gpu_work: list[tuple[float, str, str]] = []
 
@@ -546,7 +545,8 @@ class Invariants:
     def observe(self, kind: str, old: Any, new: Any) -> None:
         obj = new if new is not None else old
         if kind == CONFIG_MAPS and obj["metadata"]["name"] == budget.NAME:
-            self.holders = set(budget.holders(new))
+            before, self.holders = self.holders, set(((new or {}).get("data") or {}))
+            self._check(before - self.holders)
         elif kind == NODES:
             name = obj["metadata"]["name"]
             if old is not None and new is not None and old["metadata"].get("labels") is new["metadata"].get(
@@ -557,11 +557,10 @@ class Invariants:
             else:
                 self.managed.discard(name)
             self._judge(name)
+            self._check({name})
         elif kind == PODS and obj["spec"].get("nodeName"):
             self._judge(obj["spec"]["nodeName"])
-        else:
-            return
-        self._check()
+            self._check({obj["spec"]["nodeName"]})
 
     def _judge(self, name: str) -> None:
         if self._is_down(name):
@@ -569,16 +568,15 @@ class Invariants:
         else:
             self.down.discard(name)
 
-    def _check(self) -> None:
-        state = (len(self.down), len(self.holders), frozenset(self.down - self.holders))
-        if state == self._last_state and self.floor is None:
-            return
-        self._last_state = state
+    def _check(self, touched: set[str]) -> None:
+        """The nodes ``touched`` (judged again, or no longer holding a slot) and the count of those down."""
         now = self.fleet.hub.now
         self.peak = max(self.peak, len(self.down))
-        outside = self.down - self.holders
-        self.outside_slot += [(now, n) for n in sorted(outside - self._outside)]
-        self._outside = outside
+        for name in sorted(touched):
+            outside = name in self.down and name not in self.holders
+            if outside and name not in self._outside:
+                self.outside_slot.append((now, name))
+            (self._outside.add if outside else self._outside.discard)(name)
         if self.fleet.feed.versions[-1][2].removal is None:
             return
         limit = self.limit()
