@@ -37,6 +37,7 @@ from gpustack.importer.clusterpolicy import cluster_policy_of
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, read_yaml
 from gpustack.importer.configmaps import configmaps_of
 from gpustack.importer.nodes import INSTANCE_TYPE, model_from_product, nodes_of
+from gpustack.importer.nvidiadriver import nvidia_drivers_of
 from gpustack.importer.stackfile import policy_config, stack_yaml, validate
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "import_cluster_policy",
     "model_from_product",
     "nodes_of",
+    "nvidia_drivers_of",
     "policy_config",
     "read_yaml",
     "run",
@@ -87,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool-label", action="append", default=[], metavar="KEY", help="node label that tells pools apart; repeatable")
     parser.add_argument("--configmap", action="append", default=[], metavar="FILE",
                         help="`kubectl get cm -o yaml` of ConfigMaps the ClusterPolicy names (device-plugin, mig-parted, DCGM metrics); repeatable")
+    parser.add_argument("--nvidiadriver", action="append", default=[], metavar="FILE",
+                        help="`kubectl get nvidiadrivers -o yaml` (one object or a List): the drivers when the ClusterPolicy "
+                             "sets driver.useNvidiaDriverCRD; repeatable")
 
 
 def _gpu_models(values: Sequence[str]) -> tuple[tuple[Optional[tuple[str, str]], str], ...]:
@@ -129,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         helm = read_yaml(args.helm_values, "--helm-values") if args.helm_values else None
         nodes = nodes_of(read_yaml(args.nodes, "--nodes"), args.nodes) if args.nodes else None
         configmaps = configmaps_of([(path, read_yaml(path, "--configmap")) for path in args.configmap])
+        drivers = nvidia_drivers_of([(path, read_yaml(path, "--nvidiadriver")) for path in args.nvidiadriver])
         facts = ClusterFacts(
             context=args.context,
             node_agent_image=args.node_agent_image,
@@ -143,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             imagestream=read_yaml(args.imagestream, "--imagestream") if args.imagestream else None,
             proxy=read_yaml(args.proxy, "--proxy") if args.proxy else None,
         )
-        result = import_cluster_policy(policy, facts, helm_values=helm, nodes=nodes, configmaps=configmaps)
+        result = import_cluster_policy(policy, facts, helm_values=helm, nodes=nodes, configmaps=configmaps, nvidia_drivers=drivers)
     except ImportInputError as exc:
         print(f"import: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -9,12 +9,14 @@ differential test changes each and expects the stack to change, and docs/migrati
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from components.catalogs.operand_overrides import owned_env
 from gpustack.importer.common import looks_like_credential
 from gpustack.importer.images import OPERAND_OF
+from gpustack.importer.ledger import under
 from gpustack.importer.report import _same_as_gpu_stack
 
 DEFAULT_PULL_POLICY = "IfNotPresent"
@@ -81,6 +83,7 @@ EXPORTER_ENV = {c.path[len("dcgmExporter.env["):-1]: c for c in ENV_KEYS if c.pa
 
 BY_CODE: tuple[Carried, ...] = (
     Carried("driver.enabled", "driver.mode", by="driver"),
+    Carried("driver.useNvidiaDriverCRD", "nodePools[].driver (from the NVIDIADriver objects, --nvidiadriver)", by="nvidiadriver"),
     Carried("driver.usePrecompiled", "driver.mode", by="driver"),
     Carried("driver.kernelModuleType", "driver.kernelModuleType", by="driver"),
     Carried("driver.version", "versions.driver / driver.branch", by="images"),
@@ -175,6 +178,23 @@ def carried() -> Iterator[Carried]:
         for field in OPERAND_FIELDS:
             yield Carried(f"{section}.{field}", f"operands.{operand}.{field}",
                           DEFAULT_PULL_POLICY if field == "imagePullPolicy" else None, by="mapping")
+
+
+def table_key(path: str) -> Optional[str]:
+    """The key the mapping table carries the ClusterPolicy field `path` (`spec.` included) onto, from the most
+    specific row covering it; None when no row does."""
+    rows = _table()
+    field = path[len("spec."):] if path.startswith("spec.") else path
+    best = max((p for p in rows if under(field, p)), key=len, default=None)
+    return rows[best] if best is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> dict[str, str]:
+    rows: dict[str, str] = {}
+    for row in carried():
+        rows.setdefault(row.path, row.key)
+    return rows
 
 
 class MappingMixin:

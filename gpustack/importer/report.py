@@ -5,9 +5,10 @@ only fields left out are those whose exact value is what gpu-stack renders anywa
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Iterator
+from typing import Any
 
 from gpustack.importer.common import NotCarried
+from gpustack.importer.ledger import empty, leaves
 
 # Exact values gpu-stack renders without a key: such fields are carried as they are. A rule here matches one value,
 # never every value of a field (a field gpu-stack has no key for is reported whatever it holds).
@@ -65,33 +66,6 @@ REASONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        for key, inner in value.items():
-            yield from _leaves(inner, f"{path}.{key}")
-    elif isinstance(value, list) and path.endswith(".env"):
-        for i, entry in enumerate(value):
-            name = entry.get("name") if isinstance(entry, dict) else None
-            if not name:
-                yield f"{path}[{i}]", entry
-                continue
-            # An env entry is a leaf even when its value is empty: setting a variable to "" is a setting.
-            if "value" in entry or set(entry) == {"name"}:
-                yield f"{path}[{name}]", entry.get("value", "")
-            # Fields the CRD's EnvVar lacks (valueFrom): reported, never dropped with the entry.
-            for key in sorted(set(entry) - {"name", "value"}):
-                yield from _leaves(entry[key], f"{path}[{name}].{key}")
-    else:
-        yield path, value
-
-
-def _empty(path: str, value: Any) -> bool:
-    """An unset field: Go's omitempty drops these, so the operator cannot tell them from an absent field."""
-    if path.endswith("]"):
-        return False
-    return value is None or value == "" or value == [] or value == {}
-
-
 def _matches(path: str, pattern: str) -> bool:
     # `[` starts a character class in fnmatch; in these patterns it is the env entry's bracket.
     return fnmatch.fnmatchcase(path, pattern.replace("[", "[[]"))
@@ -124,8 +98,8 @@ class ReportMixin:
 
     def _leftovers(self) -> None:
         moot_seen: set[str] = set()
-        for path, value in _leaves(self.spec.data, "spec"):
-            if _empty(path, value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
+        for path, value in leaves(self.spec.data, "spec"):
+            if empty(path, value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
                 continue
             moot = self.spec.moot_of(path)
             if moot is None:
@@ -136,5 +110,5 @@ class ReportMixin:
                 subtree = _subtree(self.spec.data, moot)
                 if isinstance(subtree, dict):
                     # The fields it set, by name: their values had no effect, and a whole section is too long a line.
-                    subtree = [p[len(moot) + 1:] for p, v in _leaves(subtree, moot) if not _empty(p, v)]
+                    subtree = [p[len(moot) + 1:] for p, v in leaves(subtree, moot) if not empty(p, v)]
                 self.no_effect.append(NotCarried(moot, subtree, self.spec.moot[moot]))
