@@ -128,7 +128,8 @@ REFUSED = {
 }
 # Carried rows that read a ConfigMap: changing the name to one not given is reported, not carried.
 NEEDS_CONFIGMAP = {"devicePlugin.config.name", "devicePlugin.config.default", "dcgmExporter.config.name", "migManager.config.name",
-                   "driver.repoConfig.configMapName", "driver.certConfig.name", "driver.kernelModuleConfig.name"}
+                   "driver.repoConfig.configMapName", "driver.certConfig.name", "driver.kernelModuleConfig.name",
+                   "vgpuManager.kernelModuleConfig.name", "vgpuDeviceManager.config.name"}
 
 
 def _base_of(path: str) -> str:

@@ -61,6 +61,8 @@ class OperandTarget:
     owned_env: Mapping[str, str] = field(default_factory=dict)
     # For an operand that is a container in other operands' pods: those operands (they hold its pod settings).
     runs_in: tuple[str, ...] = ()
+    # The key whose override applies while this one is unset (a per-pod key of a container several pods run).
+    falls_back_to: Optional[str] = None
 
 
 _DRIVER_MANAGER_ENV = {
@@ -280,6 +282,22 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
                 "FEATURE_GATES": "dra.featureGates",
             },
         ),
+        # k8s-driver-manager in the VFIO and vGPU managers' pods alone (ClusterPolicy's vfioManager.driverManager and
+        # vgpuManager.driverManager); unset, operands.driverManager applies there too.
+        "vfioManagerDriverManager": OperandTarget(
+            containers=("k8s-driver-manager",),
+            image="driverManager",
+            owned_env=_DRIVER_MANAGER_ENV,
+            runs_in=("vfioManager",),
+            falls_back_to="driverManager",
+        ),
+        "vgpuManagerDriverManager": OperandTarget(
+            containers=("k8s-driver-manager",),
+            image="driverManager",
+            owned_env=_DRIVER_MANAGER_ENV,
+            runs_in=("vgpuManager",),
+            falls_back_to="driverManager",
+        ),
     }
 )
 
@@ -312,10 +330,12 @@ def container_operand(container: str, pod_operand: Optional[str]) -> Optional[st
     validation gates and helpers gpu-stack puts next to an operand."""
     if pod_operand is not None and container in OPERANDS[pod_operand].containers:
         return pod_operand
-    for key, target in OPERANDS.items():
-        if target.runs_in and container in target.containers:
-            return key
-    return None
+    candidates = [key for key, target in OPERANDS.items() if target.runs_in and container in target.containers]
+    # The key of this pod's own copy of the container first (the VFIO manager's k8s-driver-manager).
+    own = sorted((len(OPERANDS[key].runs_in), i, key) for i, key in enumerate(candidates) if pod_operand in OPERANDS[key].runs_in)
+    if own:
+        return own[0][2]
+    return candidates[0] if candidates else None
 
 
 def owned_env(operand: str) -> dict[str, str]:

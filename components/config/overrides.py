@@ -353,6 +353,16 @@ class OperandOverrides(_Model):
     gdrcopy: Optional[OperandOverride] = _operand_field("gdrcopy")
     peermem: Optional[OperandOverride] = _operand_field("peermem")
     dra_driver: Optional[OperandOverride] = _operand_field("draDriver")
+    vfio_manager_driver_manager: Optional[OperandOverride] = Field(
+        default=None,
+        description="Overrides for the `k8s-driver-manager` init container of the VFIO manager's pods alone (ClusterPolicy's "
+        "`vfioManager.driverManager`); unset, `operands.driverManager` applies there.",
+    )
+    vgpu_manager_driver_manager: Optional[OperandOverride] = Field(
+        default=None,
+        description="Overrides for the `k8s-driver-manager` init container of the vGPU manager's pods alone (ClusterPolicy's "
+        "`vgpuManager.driverManager`); unset, `operands.driverManager` applies there.",
+    )
 
     def by_key(self) -> dict[str, OperandOverride]:
         """The overrides that are set, by operand key (camelCase, as in the stack file)."""

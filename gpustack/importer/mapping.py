@@ -48,6 +48,8 @@ DIRECT: tuple[Carried, ...] = (
     Carried("dcgmExporter.hpcJobMapping.enabled", "dcgmExporter.hpcJobMapping.enabled", False),
     Carried("dcgmExporter.hpcJobMapping.directory", "dcgmExporter.hpcJobMapping.directory", "/var/lib/dcgm-exporter/job-mapping"),
     Carried("migManager.gpuClientsConfig.name", "migManager.gpuClientsConfig.name", "default-gpu-clients"),
+    Carried("operator.runtimeClass", "toolkit.runtimeClass", "nvidia"),
+    Carried("devicePlugin.mps.root", "devicePlugin.mpsRoot", "/run/nvidia/mps"),
 )
 
 PROBE_FIELDS = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold", "successThreshold")
@@ -57,6 +59,7 @@ DRIVER_CONFIGMAPS = (
     ("driver.repoConfig.configMapName", "driver.repoConfig", "configMapName"),
     ("driver.certConfig.name", "driver.certConfig", "name"),
     ("driver.kernelModuleConfig.name", "driver.kernelModuleConfig", "name"),
+    ("vgpuManager.kernelModuleConfig.name", "vgpu.kernelModuleConfig", "name"),
 )
 
 # Env vars of an operand that land on a key of their own rather than operands.<operand>.env.
@@ -91,6 +94,7 @@ BY_CODE: tuple[Carried, ...] = (
     Carried("driver.repoConfig.configMapName", "driver.repoConfig (files from --configmap)", by="mapping"),
     Carried("driver.certConfig.name", "driver.certConfig (files from --configmap)", by="mapping"),
     Carried("driver.kernelModuleConfig.name", "driver.kernelModuleConfig (files from --configmap)", by="mapping"),
+    Carried("vgpuManager.kernelModuleConfig.name", "vgpu.kernelModuleConfig (files from --configmap)", by="mapping"),
     Carried("driver.readinessProbe.initialDelaySeconds", "driver.readinessProbe.initialDelaySeconds", by="mapping"),
     Carried("driver.readinessProbe.periodSeconds", "driver.readinessProbe.periodSeconds", by="mapping"),
     Carried("driver.readinessProbe.timeoutSeconds", "driver.readinessProbe.timeoutSeconds", by="mapping"),
@@ -153,6 +157,7 @@ BY_CODE: tuple[Carried, ...] = (
     Carried("vgpuManager.image", "vgpu.managerImage", by="operands"),
     Carried("vgpuManager.version", "vgpu.managerImage", by="operands"),
     Carried("vgpuDeviceManager.config.default", "vgpu.defaultConfig", by="operands"),
+    Carried("vgpuDeviceManager.config.name", "vgpu.configs (with --configmap)", by="configmaps"),
     Carried("gds.enabled", "gpudirect.gds", by="operands"),
     Carried("gdrcopy.enabled", "gpudirect.gdrcopy", by="operands"),
 )

@@ -14,10 +14,7 @@ from gpustack.importer.ledger import empty, leaves
 # never every value of a field (a field gpu-stack has no key for is reported whatever it holds).
 SAME_AS_GPU_STACK: tuple[tuple[str, Any], ...] = (
     ("spec.*.hostNetwork", False),
-    ("spec.*.driverManager.imagePullPolicy", "IfNotPresent"),
-    ("spec.operator.runtimeClass", "nvidia"),
     ("spec.operator.use_ocp_driver_toolkit", False),
-    ("spec.devicePlugin.mps.root", "/run/nvidia/mps"),
     ("spec.cdi.nriPluginEnabled", False),
     ("spec.dcgmExporter.service.type", "ClusterIP"),
     ("spec.toolkit.env[CONTAINERD_RUNTIME_CLASS]", "nvidia"),
@@ -39,9 +36,7 @@ REASONS: tuple[tuple[str, str], ...] = (
                                      "validation workload from the validator image and has no key for another"),
     ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: carried into cluster.openshift.driverToolkit "
                                              "when the cluster is OpenShift; pass --openshift-version (and --imagestream)"),
-    ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
-    ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
     # NVIDIA's driver container has no liveness probe: the operator's setContainerProbe tunes an existing probe
     # only, so these timings never took effect there, and carrying them would turn on a probe that restarts the
     # driver under GPU work, which the cluster never had.
@@ -49,7 +44,6 @@ REASONS: tuple[tuple[str, str], ...] = (
                                    "these timings; set driver.livenessProbe in the stack to have gpu-stack add one"),
     ("spec.driver.*Probe*", "gpu-stack's driver probe keys are initialDelaySeconds, periodSeconds, timeoutSeconds, failureThreshold (and successThreshold for readiness)"),
     ("spec.validator.*.env[*]", "the validator's per-check env: gpu-stack exposes WITH_WORKLOAD (validator.pluginWorkload) only"),
-    ("spec.*.driverManager.*", "the k8s-driver-manager init container of the VFIO/vGPU manager: gpu-stack has no per-operand key for it"),
     ("spec.*.hostNetwork", "gpu-stack has a hostNetwork key for the driver and the DCGM exporter only"),
     ("spec.daemonsets.podSecurityContext*", "gpu-stack has no key for a pod security context; each operand keeps its asset's"),
     ("spec.daemonsets.labels.*", "set by the operator's Helm chart to mark the operands it manages; gpu-stack's objects are not the chart's"),
@@ -57,7 +51,6 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout, honorLabels, "
                                            "additionalLabels and relabelings only"),
     ("spec.dcgmExporter.service.type", "gpu-stack renders the DCGM exporter Service as ClusterIP"),
-    ("spec.vgpuDeviceManager.config.name", "a custom vGPU devices ConfigMap is not read; gpu-stack renders default-vgpu-devices-config"),
     ("spec.psa.enabled", "gpu-stack labels its namespace pod-security privileged whatever this says"),
     ("spec.cdi.nriPluginEnabled", "gpu-stack has no NRI plugin mode (fact sheet §8.2): CDI goes through the runtime's config"),
     ("spec.*.env[*].*", "the ClusterPolicy's env entries are {name, value} (the CRD has no valueFrom, the operator never "
