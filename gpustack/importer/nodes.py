@@ -249,18 +249,23 @@ class NodePoolsMixin:
         if self.facts.os is None:
             raise ImportInputError("--os is required without --nodes (the driver image tag carries the OS, e.g. ubuntu22.04)")
         workload = self.default_workload if self.sandbox else "container"
-        if (workload == "container" and catalog.GPU_MODELS[default[0]].mig_capable and self.spec.get("migManager.enabled")
-                and (self.mig_strategy in ("single", "mixed") or self.spec.get("migManager.config.default") == "")):
-            why = (f"mig.strategy {self.mig_strategy}" if self.mig_strategy != "none" else "an empty migManager.config.default")
-            raise ImportInputError(
-                f"{why} on {default[0]} nodes: pass --nodes, whose {consts.MIG_CONFIG} labels say "
-                "which MIG layout each node runs. Without them the pool would have no MIG layout, and gpu-stack labels "
-                "the MIG-capable nodes of such a pool all-disabled, which wipes their MIG partitions")
+        self._refuse_mig_without_nodes(default[0], workload)
         self.notes.append("without --nodes: one pool with an empty nodeSelector serves every GPU node; node labels "
                           "(nvidia.com/mig.config, nvidia.com/device-plugin.config, nvidia.com/gpu.workload.config) were not read")
         plugin_key = self.spec.peek("devicePlugin.config.default") or None
         signature = (default[0], self.facts.os, workload, None, plugin_key, None, None, None, None)
         return self._pool(_Group(signature, {}, []))
+
+    def _refuse_mig_without_nodes(self, model: str, workload: str) -> None:
+        """Without --nodes a MIG-capable pool gets no layout, and gpu-stack labels such nodes all-disabled: stop
+        where the operator may have left them partitioned."""
+        if (workload == "container" and catalog.GPU_MODELS[model].mig_capable and self.spec.get("migManager.enabled")
+                and (self.mig_strategy in ("single", "mixed") or self.spec.get("migManager.config.default") == "")):
+            why = (f"mig.strategy {self.mig_strategy}" if self.mig_strategy != "none" else "an empty migManager.config.default")
+            raise ImportInputError(
+                f"{why} on {model} nodes: pass --nodes, whose {consts.MIG_CONFIG} labels say "
+                "which MIG layout each node runs. Without them the pool would have no MIG layout, and gpu-stack labels "
+                "the MIG-capable nodes of such a pool all-disabled, which wipes their MIG partitions")
 
     def _pool(self, group: _Group) -> dict[str, Any]:
         model, os_tag, workload, mig_label, plugin_label, vgpu_label, kernel, arch, owner = group.signature

@@ -24,7 +24,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from components.catalogs import consts
 from gpustack.importer.common import ImportInputError, NotCarried, _slug, objects_of, shown_input
-from gpustack.importer.ledger import CARRIED, REPORTED, WITHOUT_EFFECT, FieldOutcome, empty, leaves, under
+from gpustack.importer.ledger import CARRIED, RENDERED_ANYWAY, REPORTED, WITHOUT_EFFECT, FieldOutcome, empty, leaves, under
+from gpustack.importer.nodes import _Group
 from gpustack.importer.shapes import (BOOLEAN, MAPPING, STRING, STRING_MAP, TOLERATIONS, Kind, check_input, item_path)
 from gpustack.importer.spec_fields import SPEC_FIELDS
 
@@ -235,6 +236,9 @@ def _translate(spec: Mapping[str, Any], host_manager: bool) -> dict[str, Any]:
         if value is not None:
             _put(sections, theirs, copy.deepcopy(value))
     resources = spec.get("resources")
+    # The template runs `nvidia-driver init` and appends spec.args; gpu-stack's args replace the container's.
+    if spec.get("args"):
+        _put(sections, "vgpuManager.args" if host_manager else "driver.args", ["init", *spec["args"]])
     if host_manager:
         vgpu = sections.setdefault("vgpuManager", {})
         vgpu["enabled"] = True
@@ -312,7 +316,7 @@ class NvidiaDriverMixin:
         self.nvidia_drivers = list(drivers)
         self.replaced: dict[str, Any] = {}
         self.replaced_no_effect: list[NotCarried] = []
-        self._nvd_owned: dict[str, list[str]] = {}
+        self._nvd_owned: dict[str, list[dict[str, Any]]] = {}  # object name -> the pools it drives (their dicts)
         self.nvd_primary: Optional[NvidiaDriver] = None
         crd = (effective.get("driver") or {}).get("useNvidiaDriverCRD") is True
         self.crd_mode = crd
@@ -412,12 +416,12 @@ class NvidiaDriverMixin:
                                        "node_images/catalog.yaml entries)")
             model = self._model_for_selector(driver)
             workload = "vm-vgpu" if driver.host_manager else "container"
-            selector = {k: v for k, v in (driver.spec.get("nodeSelector") or {}).items()}
-            pool: dict[str, Any] = {"name": _slug(driver.name)[:40] or "pool", "nodeSelector": selector, "gpuModel": model,
-                                    "os": self.facts.os}
-            if workload != "container":
-                pool["workloadType"] = workload
-            self._nvd_pool_driver(pool, driver, self.facts.os, None)
+            self._refuse_mig_without_nodes(model, workload)
+            selector = dict(driver.spec.get("nodeSelector") or {})
+            plugin_key = self.spec.peek("devicePlugin.config.default") or None if workload == "container" else None
+            signature = (model, self.facts.os, workload, None, plugin_key, None, None, None, driver.name)
+            pool = self._pool(_Group(signature, selector, []))
+            pool["name"] = _slug(driver.name)[:40].strip("-") or pool["name"]
             pools.append(pool)
         self.notes.append("without --nodes: one pool per NVIDIADriver, selecting what its nodeSelector selects; node "
                           "labels (nvidia.com/mig.config, nvidia.com/device-plugin.config, nvidia.com/gpu.workload.config) were not read")
@@ -439,7 +443,10 @@ class NvidiaDriverMixin:
         differ from the stack's, and the DaemonSet name the operator runs it under."""
         workload = pool.get("workloadType", "container")
         if workload != "container":
-            if workload == "vm-vgpu" and (owner is None or not owner.host_manager):
+            if workload == "vm-vgpu" and owner is not None and owner.host_manager:
+                pool["nodeSelector"].update({k: v for k, v in (owner.spec.get("nodeSelector") or {}).items() if k != consts.GPU_PRESENT})
+                self._nvd_owned.setdefault(owner.name, []).append(pool)
+            elif workload == "vm-vgpu":
                 self.notes.append(f"pool {pool['name']}: no vgpu-host-manager NVIDIADriver owns its nodes, so the operator "
                                   "ran no vGPU manager there; gpu-stack's vm-vgpu pools run one (vgpu.managerImage)")
             return
@@ -449,6 +456,8 @@ class NvidiaDriverMixin:
                 pool.setdefault("driver", {})["mode"] = "host"
             self.notes.append(f"pool {pool['name']}: {why}, so the operator deployed no driver there: driver mode host")
             return
+        # The operator's DaemonSet selects the object's nodeSelector (and the OS, kernel): so does the pool.
+        pool["nodeSelector"].update({k: v for k, v in (owner.spec.get("nodeSelector") or {}).items() if k != consts.GPU_PRESENT})
         driver: dict[str, Any] = {}
         mode = "precompiled" if owner.precompiled else "managed"
         if mode != self.driver_mode:
@@ -467,7 +476,7 @@ class NvidiaDriverMixin:
                 driver["daemonSetName"] = name
         if driver:
             pool["driver"] = {**pool.get("driver", {}), **driver}
-        self._nvd_owned.setdefault(owner.name, []).append(pool["name"])
+        self._nvd_owned.setdefault(owner.name, []).append(pool)
 
     # -- what each object carries
 
@@ -503,7 +512,7 @@ class NvidiaDriverMixin:
         self._nvd_differences()
 
     def _nvd_own_fields(self, driver: NvidiaDriver) -> None:
-        pools = self._nvd_owned.get(driver.name, [])
+        pools = [pool["name"] for pool in self._nvd_owned.get(driver.name, [])]
         where = driver.where
         pools_key = f"nodePools[{', '.join(pools)}]" if pools else None
 
@@ -530,6 +539,12 @@ class NvidiaDriverMixin:
             if field in driver.spec and not empty(f"spec.{field}", driver.spec[field]):
                 self.report(f"{where}/spec.{field}", driver.spec[field], reason)
         if driver.host_manager:
+            # The vGPU manager image picks its kernel modules itself (gpu-stack sets no KERNEL_MODULE_TYPE there).
+            if (driver.spec.get("kernelModuleType") or "auto") == "auto":
+                record("kernelModuleType", CARRIED, key=RENDERED_ANYWAY)
+            else:
+                record("kernelModuleType", REPORTED, reason=VGPU_UNCARRIED)
+                self.report(f"{where}/spec.kernelModuleType", driver.spec["kernelModuleType"], VGPU_UNCARRIED)
             for path, value in leaves(driver.spec, "spec"):
                 field = path[len("spec."):]
                 if empty(path, value) or f"{where}/{path}" in self.explicit or any(under(field, f) for f in (*PER_POOL, *POD_FIELDS)):

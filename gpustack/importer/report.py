@@ -20,6 +20,9 @@ SAME_AS_GPU_STACK: tuple[tuple[str, Any], ...] = (
     ("spec.toolkit.env[CONTAINERD_RUNTIME_CLASS]", "nvidia"),
     ("spec.psa.enabled", True),
     ("spec.driver.startupProbe.successThreshold", 1),
+    # A VM operand switched on: gpu-stack deploys it on the pools whose workload type needs it.
+    *((f"spec.{section}.enabled", True) for section in ("vfioManager", "vgpuManager", "vgpuDeviceManager",
+                                                        "sandboxDevicePlugin", "kataSandboxDevicePlugin")),
 )
 # Fields the operator ignores: reported as without effect when they hold anything.
 DEPRECATED: tuple[tuple[str, str], ...] = (

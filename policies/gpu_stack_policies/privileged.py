@@ -77,10 +77,13 @@ VGPU_MANAGER = _allow(
 )
 
 # Workload name (glob) -> allowance. Driver DaemonSets are one per kernel or wave in precompiled and multi-wave
-# stacks, all named after `nvidia-driver-daemonset`.
+# stacks, all named after `nvidia-driver-daemonset`, or, adopted from NVIDIADriver objects, under the names the
+# operator gave them (`nvidia-<gpu|vgpu>-driver-<os>-<hash>`, the same asset).
 ALLOWANCES: dict[str, Allowance] = {
     "nvidia-driver-daemonset": DRIVER,
     "nvidia-driver-daemonset-*": DRIVER,
+    "nvidia-gpu-driver-*": DRIVER,
+    "nvidia-vgpu-driver-*": DRIVER,
     "nvidia-container-toolkit-daemonset": _allow(
         {"driver-validation", "nvidia-container-toolkit-ctr"},
         {
