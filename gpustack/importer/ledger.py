@@ -86,7 +86,9 @@ def empty(path: str, value: Any) -> bool:
 
 
 def _covering(items: Iterable[NotCarried], path: str) -> Optional[NotCarried]:
-    found = [item for item in items if under(path, item.path)]
+    """The most specific item about `path` or a subtree holding it; an item without a value (a section that names
+    no image, say) is about what the section lacks, not about the fields it holds."""
+    found = [item for item in items if item.path == path or (under(path, item.path) and item.value is not None)]
     return max(found, key=lambda item: len(item.path)) if found else None
 
 
