@@ -1,8 +1,11 @@
-"""`python -m gpustack import`: a running GPU Operator's ClusterPolicy as a gpu-stack stack file.
+"""`python -m gpustack import`: a running GPU Operator's ClusterPolicy (and NVIDIADriver objects) as a gpu-stack
+stack file, with a per-field report.
 
 Inputs are what kubectl and helm print: the ClusterPolicy (`kubectl get clusterpolicy -o yaml`, one object or a
-List), optionally the operator's Helm values (`helm get values --all`), the nodes (`kubectl get nodes -o yaml`)
-and ConfigMaps the ClusterPolicy names (`kubectl get cm -n gpu-operator NAME -o yaml`). A field the ClusterPolicy
+List), optionally the operator's Helm values (`helm get values --all`), the nodes (`kubectl get nodes -o yaml`),
+ConfigMaps the ClusterPolicy names (`kubectl get cm -n gpu-operator NAME -o yaml`) and, when the ClusterPolicy sets
+driver.useNvidiaDriverCRD, the NVIDIADriver objects; or all of them read from the cluster (`--from-cluster`,
+`live`). A field the ClusterPolicy
 lacks takes the Helm value when values are given and the CRD default otherwise: the two differ (fact sheet §11,
 e.g. `dcgm.enabled`, `mig.strategy`, `driver.upgradePolicy.autoUpgrade`).
 
@@ -13,11 +16,13 @@ word. A MIG setup the stack would wipe (a pool labelled all-disabled over partit
 `import_cluster_policy` is pure; `run` does the files.
 
 The package is split by input: `clusterpolicy` (the object and its effective spec), `helm`, `nodes` (node pools),
-`configmaps`, `mig` (mig-parted layouts), and per area of the mapping `images`, `driver`, `operands`, `mapping`
-(the table and the per-operand fields); `shapes` the field kinds every input is checked against before any
-mapping runs, `spec_fields` the ClusterPolicy's and the Helm values' typed fields; `report` holds the report rules,
-`build` the `_Importer` that runs the mapping in stack-file order, `stackfile` the check, the written file and its
-policy-pack config, `tables` the generated tables of docs/migration.md.
+`configmaps`, `mig` (mig-parted layouts), `nvidiadriver` (NVIDIADriver objects, their owners and pools), `live`
+(reading them all from a cluster), and per area of the mapping `images`, `driver`, `operands`, `mapping` (the
+table and the per-operand fields); `shapes` the field kinds every input is checked against before any mapping
+runs, `spec_fields` the ClusterPolicy's and the Helm values' typed fields; `report` holds the report rules,
+`ledger` each field's outcome, `output` the report as text or JSON, `build` the `_Importer` that runs the mapping
+in stack-file order, `stackfile` the check, the written file and its policy-pack config, `tables` the generated
+tables of docs/migration.md.
 This module re-exports what callers use and holds the command line (`run` reads `PROJECT_DIR` from here).
 """
 

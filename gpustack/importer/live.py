@@ -13,6 +13,7 @@ the import cannot tell them from files.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -166,6 +167,8 @@ def api_client(kubeconfig: Optional[str], context: Optional[str]) -> tuple[Any, 
     from kubernetes import config as kube_config
     from kubernetes.config.config_exception import ConfigException
 
+    # $KUBECONFIG as kubectl reads it at run time (the client reads it once, when first imported).
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
         contexts, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)
         names = [c["name"] for c in contexts or []]
