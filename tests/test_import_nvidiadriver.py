@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -27,7 +26,7 @@ from gpustack.importer.nvidiadriver import operator_daemonset_name
 from gpustack.importer.stackfile import policy_config, validate
 from gpustack.policyrun import pack_policies, run_policies
 from gpustack.render import objects_in_order
-from stacktest import ROOT, container, env_of, objects, render
+from stacktest import ROOT, env_of, objects, render
 
 CP = ROOT / "tests" / "fixtures" / "clusterpolicy"
 NVD = ROOT / "tests" / "fixtures" / "nvidiadriver"
@@ -127,8 +126,8 @@ SCENARIOS: dict[str, Scenario] = {
          "driverType": "vgpu-host-manager", "image": "vgpu-manager", "nodeSelector": {ROLE: "vm-vgpu"}},
         nodes="nodes-sandbox.yaml", policy="sandbox-kubevirt.yaml", facts=SANDBOX_FACTS),
 }
-# Scenarios make test runs in full (the others in make test-all): no nodes, managed with --nodes, precompiled, vGPU.
-REPRESENTATIVE = ("driver-full-spec", "driver-minimal", "driver-precompiled", "driver-vgpu-host-manager", "driver-secret-env")
+# Scenarios make test runs (the others in make test-all): no nodes and every field, precompiled with --nodes, vGPU.
+REPRESENTATIVE = ("driver-full-spec", "driver-precompiled", "driver-vgpu-host-manager")
 
 
 @functools.lru_cache(maxsize=None)
@@ -247,7 +246,9 @@ def _param(name: str):
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in SCENARIOS])
-def test_each_golden_scenario_renders_the_driver_daemonset_its_nvidiadriver_would_have_made(name):
+def test_each_golden_scenario_renders_the_driver_daemonset_its_nvidiadriver_would_have_made_and_passes_check(name):
+    """The facts of NVIDIA's template, then what `gpustack check` runs on the same render: the API server's rules,
+    the schemas and the policy pack (the CLI's own check: the sample and the Helm default below)."""
     scenario = SCENARIOS[name]
     result, recording = imported(name)
     host_manager = scenario.spec["driverType"] == "vgpu-host-manager"
@@ -258,13 +259,6 @@ def test_each_golden_scenario_renders_the_driver_daemonset_its_nvidiadriver_woul
     (pool,) = [p for p in result.config["gpu-stack:nodePools"] if p.get("workloadType", "container") ==
                ("vm-vgpu" if host_manager else "container") and p.get("driver", {}).get("mode") != "host"]
     assert (scenario.spec.get("nodeSelector") or {}).items() <= pool["nodeSelector"].items()
-
-
-@pytest.mark.parametrize("name", [_param(n) for n in SCENARIOS])
-def test_each_golden_scenario_passes_the_api_server_the_schemas_and_the_policy_pack(name):
-    """What `gpustack check` runs, on the render the facts test read (the CLI's own check: the sample and the Helm
-    default below)."""
-    result, recording = imported(name)
     cfg = validate(result)
     rendered = [obj for _, obj in objects_in_order(recording)]
     assert [str(p) for p in apiserver.validate_all(rendered)] == []
@@ -276,10 +270,9 @@ def test_each_golden_scenario_passes_the_api_server_the_schemas_and_the_policy_p
 def test_the_daemonset_keeps_the_name_the_operator_gave_it_so_adoption_takes_over_its_pods():
     """getDriverAppName: nvidia-<driverType>-driver-<os>-<hash of the UID> (and the kernel, precompiled); NVIDIA's own
     test's UID gives these names."""
-    result, recording = imported("driver-minimal")
-    assert list(driver_daemonsets(recording, False)) == ["nvidia-gpu-driver-ubuntu22.04-67cc6dbb79"]
     _, recording = imported("driver-precompiled")
-    assert "nvidia-gpu-driver-ubuntu22.04-" in " ".join(driver_daemonsets(recording, False))
+    kernel_hash = operator_daemonset_name(importer.nvidia_drivers_of([("x", nvidia_driver("x", {}))])[0], "ubuntu22.04", "5.15.0-139-generic")
+    assert list(driver_daemonsets(recording, False)) == [kernel_hash]
     driver = importer.nvidia_drivers_of([("x", nvidia_driver("x", {"usePrecompiled": True}))])[0]
     assert operator_daemonset_name(driver, "ubuntu20.04", "5.15.0-70-generic") == "nvidia-gpu-driver-ubuntu20.04-59b779bcc5"
     long_os = "redhatCoreOS4.14-414.92.2023092822"
@@ -417,3 +410,52 @@ def test_every_field_of_the_sample_and_the_helm_default_is_carried_reported_or_w
     with capsys.disabled():
         print(f"\nNVIDIADriver fields (sample, Helm default): {totals}")
     assert totals["silent"] == 0 and totals["carried"] > totals["reported"]
+
+
+# --- every field of the NVIDIADriver spec (GO:api/nvidia/v1alpha1/nvidiadriver_types.go NVIDIADriverSpec) ----------
+SPEC_FIELDS = ("default", "driverType", "usePrecompiled", "useOpenKernelModules", "kernelModuleType", "startupProbe",
+               "livenessProbe", "readinessProbe", "rdma", "gds", "gdrcopy", "repository", "image", "version",
+               "imagePullPolicy", "imagePullSecrets", "manager", "resources", "args", "env", "repoConfig", "certConfig",
+               "licensingConfig", "virtualTopologyConfig", "kernelModuleConfig", "secretEnv", "upgradePolicy",
+               "nodeSelector", "nodeAffinity", "labels", "annotations", "tolerations", "priorityClassName",
+               "podSecurityContext", "hostNetwork")
+EVERY_FIELD = {
+    **FULL_SPEC, "nodeSelector": {"example.com/foo": "foo"}, "useOpenKernelModules": True,
+    "rdma": {"enabled": True, "useHostMofed": True},
+    "gds": {**GDS, "imagePullPolicy": "Always", "imagePullSecrets": ["ngc"], "args": ["-v"], "env": [{"name": "GDS_X", "value": "1"}]},
+    "gdrcopy": {**GDRCOPY, "imagePullPolicy": "Always", "imagePullSecrets": ["ngc"], "args": ["-v"], "env": [{"name": "GDR_X", "value": "1"}]},
+    "repoConfig": {"name": "repo-config"}, "certConfig": {"name": "cert-config"},
+    "licensingConfig": {"secretName": "licence", "nlsEnabled": False}, "virtualTopologyConfig": {"name": "topology"},
+    "kernelModuleConfig": {"name": "module-params"}, "secretEnv": "driver-env", "hostNetwork": True,
+    "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 2, "maxUnavailable": "10%",
+                      "waitForCompletion": {"podSelector": "app=train", "timeoutSeconds": 600},
+                      "podDeletion": {"force": True, "timeoutSeconds": 120, "deleteEmptyDir": True},
+                      "drain": {"enable": True, "force": True, "podSelector": "x=y", "timeoutSeconds": 300, "deleteEmptyDir": True}},
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "x", "operator": "Exists"}]}]}},
+    "podSecurityContext": {"runAsUser": 0},
+}
+
+
+def test_every_field_of_the_nvidiadriver_spec_has_a_rule():
+    from gpustack.importer import nvidiadriver as nvd
+
+    ruled = {*nvd.PER_POOL, *nvd.POD_FIELDS, *(f for f, _, _ in nvd.WITHOUT_EFFECT_FIELDS), *(f for f, _ in nvd.REPORTED_FIELDS)}
+    translated = {ours.split(".")[0] for ours, _ in nvd.TRANSLATED}
+    assert [f for f in SPEC_FIELDS if f not in ruled | translated] == []
+    assert set(SPEC_FIELDS) == set(EVERY_FIELD) | {"default", "driverType"}
+
+
+@pytest.mark.parametrize("kind", ["gpu", "vgpu-host-manager"])
+def test_an_object_with_every_field_set_leaves_none_silent(kind):
+    spec = {**EVERY_FIELD, "driverType": kind}
+    if kind == "vgpu-host-manager":
+        spec.update(image="vgpu-manager", nodeSelector={ROLE: "vm-vgpu"})
+        result = run_import([nvidia_driver("every", spec)], policy="sandbox-kubevirt.yaml", nodes="nodes-sandbox.yaml", facts=SANDBOX_FACTS)
+    else:
+        result = run_import([nvidia_driver("every", spec)], nodes=None, facts=ClusterFacts(
+            "lab-admin", AGENT, kubernetes_versions=("1.32",), gpu_models=((None, "A10"),), os="ubuntu22.04"))
+    fields = {f.path: f for f in result.fields if f.path.startswith("nvidiadriver:")}
+    assert not [f.render() for f in fields.values() if f.status == SILENT]
+    assert {path.split("/spec.", 1)[1].split(".")[0].split("[")[0] for path in fields} == set(SPEC_FIELDS)
+    validate(result)

@@ -121,11 +121,22 @@ def test_each_vm_managers_driver_manager_takes_its_own_key_and_the_drivers_keeps
 
 
 def test_unset_the_vm_managers_driver_manager_follows_operands_driver_manager_as_before():
-    config = stack_config("kubevirt")
-    config.setdefault(O, {})["driverManager"] = {"imagePullPolicy": "Always"}
-    ds = daemonsets(render(config))
-    for name in ("nvidia-vfio-manager", "nvidia-vgpu-manager-daemonset"):
-        assert init_container(ds[name], "k8s-driver-manager")["imagePullPolicy"] == "Always", name
+    from pulumi_kubernetes.core.v1 import ContainerArgs
+
+    from components.config import OperandOverride
+    from components.kit.operand_overrides import apply_to_containers, operands_in_pod
+
+    manager = ContainerArgs(name="k8s-driver-manager", image="nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0")
+    shared = {"driverManager": OperandOverride.model_validate({"imagePullPolicy": "Always", "imagePullSecrets": ["mirror"]})}
+    own = {**shared, "vfioManagerDriverManager": OperandOverride.model_validate({"imagePullPolicy": "Never"})}
+    for pod in ("vfioManager", "vgpuManager", "driver"):
+        (applied,) = apply_to_containers([manager], pod, shared, {})
+        assert applied.image_pull_policy == "Always", pod
+        assert "driverManager" in operands_in_pod([manager], pod, shared, {})  # its pull secrets reach the pod
+    (applied,) = apply_to_containers([manager], "vfioManager", own, {})
+    assert applied.image_pull_policy == "Never"
+    (applied,) = apply_to_containers([manager], "vgpuManager", own, {})
+    assert applied.image_pull_policy == "Always"
 
 
 def test_the_vgpu_manager_loads_its_kernel_module_parameters_from_drivers():

@@ -17,7 +17,8 @@ from gpustack.importer.images import ImagesMixin
 from gpustack.importer.ledger import WITHOUT_EFFECT, Classifier, FieldOutcome, empty, leaves, under
 from gpustack.importer.mapping import MappingMixin, table_key
 from gpustack.importer.nodes import NodePoolsMixin, _Node
-from gpustack.importer.nvidiadriver import REPLACED_REASON, REPLACED_SECTIONS, NvidiaDriver, NvidiaDriverMixin
+from gpustack.importer.nvidiadriver import REPLACED_REASON, REPLACED_SECTIONS, NvidiaDriver
+from gpustack.importer.nvidiadriver_pools import NvidiaDriverMixin
 from gpustack.importer.openshift import OpenShiftMixin
 from gpustack.importer.operands import OperandsMixin
 from gpustack.importer.report import ReportMixin, _same_as_gpu_stack
