@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 import shlex
 
-import pytest
-
 import gpustack.__main__ as cli
 from gpustack import importer
 from kubefake import FakeApiServer, kubeconfig, operator_cluster
