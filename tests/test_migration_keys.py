@@ -18,7 +18,7 @@ import yaml
 from gpustack import apiserver, schema
 from gpustack.policyrun import pack_config, pack_policies, run_policies
 from gpustack.render import objects_in_order
-from stacktest import config_problems, container, env_of, objects, render, setter, stack_config
+from stacktest import config_problems, container, env_of, objects, render, render_stack, setter, stack_config
 
 T, D, O, V = "gpu-stack:toolkit", "gpu-stack:devicePlugin", "gpu-stack:operands", "gpu-stack:vgpu"
 MPS_ROOT = "/var/lib/nvidia-mps"
@@ -146,7 +146,7 @@ def test_the_vgpu_manager_loads_its_kernel_module_parameters_from_drivers():
     volume = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "vgpu-module-params")
     assert volume["configMap"] == {"name": "vgpu-module-params", "items": [{"key": "nvidia.conf", "path": "nvidia.conf"}]}
     # a change of parameters reloads the vGPU manager, as a driver's does
-    plain = daemonsets(render(stack_config("kubevirt")))["nvidia-vgpu-manager-daemonset"]
+    plain = daemonsets(render_stack("kubevirt"))["nvidia-vgpu-manager-daemonset"]
     assert env_of(manager)["DRIVER_CONFIG_DIGEST"] != env_of(container(plain, "nvidia-driver-ctr"))["DRIVER_CONFIG_DIGEST"]
 
 

@@ -78,6 +78,11 @@ _DRIVER_MANAGER_ENV = {
     "USE_HOST_MOFED": HOST_MOFED,
 }
 
+def _own_driver_manager(pod: str) -> OperandTarget:
+    return OperandTarget(containers=("k8s-driver-manager",), image="driverManager", owned_env=_DRIVER_MANAGER_ENV,
+                         runs_in=(pod,), falls_back_to="driverManager")
+
+
 _PLUGIN_FAMILY_ENV = {
     "MIG_STRATEGY": PLUGIN_CONFIG,
     "NVIDIA_MIG_MONITOR_DEVICES": PLUGIN_CONFIG,
@@ -284,20 +289,8 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         ),
         # k8s-driver-manager in the VFIO and vGPU managers' pods alone (ClusterPolicy's vfioManager.driverManager and
         # vgpuManager.driverManager); unset, operands.driverManager applies there too.
-        "vfioManagerDriverManager": OperandTarget(
-            containers=("k8s-driver-manager",),
-            image="driverManager",
-            owned_env=_DRIVER_MANAGER_ENV,
-            runs_in=("vfioManager",),
-            falls_back_to="driverManager",
-        ),
-        "vgpuManagerDriverManager": OperandTarget(
-            containers=("k8s-driver-manager",),
-            image="driverManager",
-            owned_env=_DRIVER_MANAGER_ENV,
-            runs_in=("vgpuManager",),
-            falls_back_to="driverManager",
-        ),
+        "vfioManagerDriverManager": _own_driver_manager("vfioManager"),
+        "vgpuManagerDriverManager": _own_driver_manager("vgpuManager"),
     }
 )
 

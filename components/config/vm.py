@@ -8,7 +8,7 @@ from pydantic import Field, StrictBool, ValidationInfo, field_validator
 
 from components.catalogs import mig_catalog, vgpu_catalog
 from components.config import limits
-from components.config.base import LABEL_VALUE, _dns_label, _Model, _pinned_image, label_value_problem, shown
+from components.config.base import LABEL_VALUE, MAX_GPU_INDEX, _dns_label, _Model, _pinned_image, gpu_devices, label_value_problem, shown
 from components.config.driver_extensions import NamedFiles
 
 
@@ -43,8 +43,6 @@ class SandboxWorkloads(_Model):
     kubevirt: KubeVirt = KubeVirt()
 
 
-# GPU indices a vGPU config entry may name (nvidia-smi's index on the node).
-MAX_GPU_INDEX = 63
 _PciFilter = Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]
 
 
@@ -67,16 +65,7 @@ class VgpuConfigEntry(_Model):
         "and MIG-backed types never in one entry (the device manager refuses it).",
     )
 
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, value: Any) -> Any:
-        if value == vgpu_catalog.ALL_DEVICES:
-            return value
-        if not isinstance(value, list) or not value or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
-            raise ValueError(f"got {shown(value)}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
-        if len(set(value)) != len(value):
-            raise ValueError(f"GPU indices {shown(value)} name a GPU twice")
-        return value
+    _devices = field_validator("devices", mode="before")(gpu_devices)
 
     @field_validator("device_filter", mode="before")
     @classmethod

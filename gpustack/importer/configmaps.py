@@ -66,14 +66,20 @@ def configmaps_of(documents: Sequence[tuple[str, Any]]) -> dict[str, dict[str, s
 class ConfigMapsMixin:
     """Mixed into build._Importer: what the named ConfigMaps hold, and the keys no imported node uses."""
 
-    def _dcgm_metrics(self, name: str) -> None:
+    def _named_configmap(self, field: str, name: str, what: str, key: str) -> Optional[dict[str, str]]:
+        """The ConfigMap a field names, marked read; None, reported, when --configmap did not give it."""
         data = self.configmaps.get(name)
         if data is None:
-            self.report("spec.dcgmExporter.config.name", name,
-                        f"the custom metrics live in ConfigMap {name}, not in the ClusterPolicy; pass it with --configmap "
-                        "to carry them as dcgmExporter.extraMetrics")
-            return
+            self.report(f"spec.{field}", name, f"{what} live in ConfigMap {name}, not in the ClusterPolicy; pass it with "
+                                               f"--configmap to carry them as {key}")
+            return None
         self.used_configmaps.add(name)
+        return data
+
+    def _dcgm_metrics(self, name: str) -> None:
+        data = self._named_configmap("dcgmExporter.config.name", name, "the custom metrics", "dcgmExporter.extraMetrics")
+        if data is None:
+            return
         csv = data.get("dcgm-metrics.csv")
         where = f"configmap:{name}/dcgm-metrics.csv"
         if csv is None:
@@ -108,15 +114,9 @@ class ConfigMapsMixin:
         """vgpuDeviceManager.config.name: the named vGPU configs of a ConfigMap of the user's, into vgpu.configs where
         they differ from gpu-stack's built-in ones of the same name."""
         name = self.spec.get("vgpuDeviceManager.config.name")
-        if not name:
-            return
-        data = self.configmaps.get(name)
+        data = self._named_configmap("vgpuDeviceManager.config.name", name, "the vGPU configs", "vgpu.configs") if name else None
         if data is None:
-            self.report("spec.vgpuDeviceManager.config.name", name,
-                        f"the vGPU configs live in ConfigMap {name}, not in the ClusterPolicy; pass it with --configmap to "
-                        "carry them as vgpu.configs (gpu-stack renders them into default-vgpu-devices-config)")
             return
-        self.used_configmaps.add(name)
         where = f"configmap {name}, key {VGPU_DEVICES_KEY}"
         if VGPU_DEVICES_KEY not in data:
             raise ImportInputError(f"{where}: missing; the vGPU device manager reads its configs from this key")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from components.catalogs import consts
+from gpustack.importer.clusterpolicy import OBJECT_FIELDS as POLICY_OBJECT_FIELDS
 from gpustack.importer.common import ImportInputError, objects_of, shown_input
 from gpustack.importer.ledger import empty, leaves, under
 from gpustack.importer.shapes import (BOOLEAN, MAPPING, STRING, STRING_MAP, TOLERATIONS, Kind, check_input, item_path)
@@ -88,15 +89,8 @@ REPORTED_FIELDS: tuple[tuple[str, str], ...] = (
 )
 VGPU_UNCARRIED = "gpu-stack's vGPU manager has no key for this (it is the vm-vgpu pools' one vGPU manager, vgpu.managerImage and operands.vgpuManager)"
 
-OBJECT_FIELDS: dict[str, Kind] = {
-    "metadata": MAPPING,
-    "metadata.name": STRING,
-    "metadata.uid": STRING,
-    "metadata.deletionTimestamp": STRING,
-    "spec": MAPPING,
-    "status": MAPPING,
-    "status.state": STRING,
-}
+# What the import reads outside the spec: the ClusterPolicy's, and the UID the operator's DaemonSet names hash.
+OBJECT_FIELDS: dict[str, Kind] = {**POLICY_OBJECT_FIELDS, "metadata.uid": STRING, "metadata.deletionTimestamp": STRING, "spec": MAPPING}
 
 
 def _spec_fields() -> dict[str, Kind]:
