@@ -126,15 +126,19 @@ SCENARIOS: dict[str, Scenario] = {
          "driverType": "vgpu-host-manager", "image": "vgpu-manager", "nodeSelector": {ROLE: "vm-vgpu"}},
         nodes="nodes-sandbox.yaml", policy="sandbox-kubevirt.yaml", facts=SANDBOX_FACTS),
 }
-# Scenarios make test runs (the others in make test-all): no nodes and every field, precompiled with --nodes, vGPU.
-REPRESENTATIVE = ("driver-full-spec", "driver-precompiled", "driver-vgpu-host-manager")
+# Scenarios make test renders (the others in make test-all): no nodes and every field, the vGPU host manager.
+REPRESENTATIVE = ("driver-full-spec", "driver-vgpu-host-manager")
 
 
 @functools.lru_cache(maxsize=None)
-def imported(name: str) -> tuple[ImportResult, Any]:
+def imported_only(name: str) -> ImportResult:
     scenario = SCENARIOS[name]
-    result = run_import([nvidia_driver(name, scenario.spec), *scenario.extra], policy=scenario.policy,
-                        nodes=scenario.nodes, facts=scenario.facts)
+    return run_import([nvidia_driver(name, scenario.spec), *scenario.extra], policy=scenario.policy,
+                      nodes=scenario.nodes, facts=scenario.facts)
+
+
+def imported(name: str) -> tuple[ImportResult, Any]:
+    result = imported_only(name)
     return result, render(result.config)
 
 
@@ -270,9 +274,12 @@ def test_each_golden_scenario_renders_the_driver_daemonset_its_nvidiadriver_woul
 def test_the_daemonset_keeps_the_name_the_operator_gave_it_so_adoption_takes_over_its_pods():
     """getDriverAppName: nvidia-<driverType>-driver-<os>-<hash of the UID> (and the kernel, precompiled); NVIDIA's own
     test's UID gives these names."""
-    _, recording = imported("driver-precompiled")
+    result = imported_only("driver-precompiled")
     kernel_hash = operator_daemonset_name(importer.nvidia_drivers_of([("x", nvidia_driver("x", {}))])[0], "ubuntu22.04", "5.15.0-139-generic")
-    assert list(driver_daemonsets(recording, False)) == [kernel_hash]
+    (pool,) = [p for p in result.config["gpu-stack:nodePools"] if p.get("driver", {}).get("mode") != "host"]
+    assert pool["driver"]["daemonSetName"] == kernel_hash and pool["nodeImage"] == "ubuntu22.04-5.15.0-139-generic-amd64"
+    # the precompiled golden's node selection: the object's selector and its nodes' kernel
+    assert pool["nodeSelector"]["node.kubernetes.io/instance-type"] == "bm.gpu.a100-8"
     driver = importer.nvidia_drivers_of([("x", nvidia_driver("x", {"usePrecompiled": True}))])[0]
     assert operator_daemonset_name(driver, "ubuntu20.04", "5.15.0-70-generic") == "nvidia-gpu-driver-ubuntu20.04-59b779bcc5"
     long_os = "redhatCoreOS4.14-414.92.2023092822"
