@@ -51,6 +51,12 @@ ADDED_KEYS = (
     (("cluster", "platform"), "kubernetes"),
     (("cluster", "openshift"), None),
     (("driver", "virtualTopologyConfig"), None),
+    (("toolkit", "runtimeClass"), "nvidia"),
+    (("devicePlugin", "mpsRoot"), "/run/nvidia/mps"),
+    (("vgpu", "kernelModuleConfig"), None),
+    (("vgpu", "configs"), {}),
+    (("operands", "vfioManagerDriverManager"), None),
+    (("operands", "vgpuManagerDriverManager"), None),
 )
 
 
@@ -142,6 +148,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             registry_login=login,
             # the DRA validator's adminAccess claim is admitted only in a namespace labelled for it
             namespace_labels=DRA_NAMESPACE_LABELS if cfg.dra_pools else None,
+            runtime_class=cfg.toolkit.runtime_class,
             opts=self._opts(),
         )
 
@@ -275,6 +282,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             toolkit_enabled=cfg.components.toolkit,
             gds=cfg.gpudirect.gds,
             gdrcopy=cfg.gpudirect.gdrcopy,
+            mps_root=cfg.device_plugin.mps_root,
             depends_on=after,
             opts=self._opts(),
         )
@@ -335,6 +343,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             "state-mps-control-daemon",
             ops=self._ops,
             plugin_configs=configs,
+            mps_root=self._cfg.device_plugin.mps_root,
             depends_on=after,
             opts=self._opts(),
         )

@@ -43,6 +43,7 @@ class VmStates:
             image=image,
             upgrade=self._cfg.upgrade,
             flavours=vgpu_manager_flavours(self._cfg),
+            kernel_module_config=self._cfg.vgpu.kernel_module_config,
             depends_on=after,
             opts=self._opts(),
         )
@@ -54,6 +55,7 @@ class VmStates:
             "state-vgpu-device-manager",
             ops=self._ops,
             default_config=self._cfg.vgpu.default_config,
+            configs=self._cfg.vgpu.custom_configs,
             depends_on=after,
             opts=self._opts(),
         )
@@ -107,7 +109,7 @@ class VmStates:
             kubevirt_name=sandbox.kubevirt.name,
             kubevirt_namespace=sandbox.kubevirt.namespace,
             devices=permitted_pci_devices(models),
-            mediated_devices=permitted_mediated_devices(vgpu_pools),
+            mediated_devices=permitted_mediated_devices(vgpu_pools, cfg.vgpu.custom_configs),
             depends_on=after,
             opts=self._opts(),
         )

@@ -98,6 +98,11 @@ LABEL_MAP = {"propertyNames": {"pattern": LABEL_KEY.pattern}, "additionalPropert
 DURATION = {"pattern": PROM_DURATION.pattern, "minLength": 1}
 ABSOLUTE_PATH = {"pattern": "^/"}
 
+def _vgpu_config(builtin: list[str]) -> dict[str, Any]:
+    """A vGPU config name: NVIDIA's (offered as completions) or one of the stack's vgpu.configs (a label value)."""
+    return {"anyOf": [{"enum": builtin}, {"pattern": LABEL_VALUE.pattern, "minLength": 1, "maxLength": 63}]}
+
+
 def constraints(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Schema keywords per key path (of `paths`, the models' keys) for what the models check in validators, from the
     validators' own patterns and catalogs. Merged into the generated schema (into the non-null branch of an
@@ -145,13 +150,13 @@ def constraints(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
         "nodePools[].driver.version": DRIVER_VERSION,
         "nodePools[].driver.branch": {"pattern": BRANCH.pattern},
         "nodePools[].driver.daemonSetName": {"pattern": DNS_SUBDOMAIN.pattern, "maxLength": 63},
-        "nodePools[].vgpuConfig": {"enum": vgpu_configs},
+        "nodePools[].vgpuConfig": _vgpu_config(vgpu_configs),
         "upgrade.maxUnavailable": COUNT_OR_PERCENT,
         "upgrade.waves[].name": {"pattern": DNS_LABEL.pattern, "maxLength": 20},
         "upgrade.waves[].pools": {"items": {"pattern": DNS_LABEL.pattern, "maxLength": 40}},
         "sandboxWorkloads.kubevirt.name": {"pattern": DNS_LABEL.pattern, "maxLength": 63},
         "sandboxWorkloads.kubevirt.namespace": {"pattern": DNS_LABEL.pattern, "maxLength": 63},
-        "vgpu.defaultConfig": {"enum": vgpu_configs},
+        "vgpu.defaultConfig": _vgpu_config(vgpu_configs),
     }
 
 

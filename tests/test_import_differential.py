@@ -19,7 +19,7 @@ from gpustack import importer
 from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
 from gpustack.importer import tables
 from gpustack.importer.mapping import carried
-from gpustack.importer.report import _leaves
+from gpustack.importer.ledger import leaves
 from components.catalogs.consts import MIG_CONFIG, WORKLOAD_CONFIG
 from stacktest import ROOT
 
@@ -120,13 +120,16 @@ CONTEXT["hostPaths.driverInstallDir"] = {"driver.enabled": False}
 
 # Carried rows a change of which stops the import (exit 2) instead of changing the stack, and why that is right.
 REFUSED = {
+    # NVIDIADriver mode without the NVIDIADriver objects: the drivers are not in the ClusterPolicy.
+    "driver.useNvidiaDriverCRD": "the drivers are NVIDIADriver objects, which the import needs",
     # The A100 nodes carry no label a pool without MIG would keep: gpu-stack would label them all-disabled.
     "migManager.config.default": "an empty default on unlabelled MIG-capable nodes",
     # mixed MIG on nodes labelled all-disabled: fine; mig.strategy is carried (devicePlugin.migStrategy).
 }
 # Carried rows that read a ConfigMap: changing the name to one not given is reported, not carried.
 NEEDS_CONFIGMAP = {"devicePlugin.config.name", "devicePlugin.config.default", "dcgmExporter.config.name", "migManager.config.name",
-                   "driver.repoConfig.configMapName", "driver.certConfig.name", "driver.kernelModuleConfig.name"}
+                   "driver.repoConfig.configMapName", "driver.certConfig.name", "driver.kernelModuleConfig.name",
+                   "vgpuManager.kernelModuleConfig.name", "vgpuDeviceManager.config.name"}
 
 
 def _base_of(path: str) -> str:
@@ -286,12 +289,12 @@ def _base_spec(base: str) -> dict:
 
 def _uncarried_leaves(base: str) -> list[str]:
     spec = _base_spec(base)
-    leaves = []
-    for leaf, _ in _leaves(spec, "spec"):
+    found = []
+    for leaf, _ in leaves(spec, "spec"):
         path = leaf[len("spec."):]
         if not any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in ROWS):
-            leaves.append(path)
-    return leaves
+            found.append(path)
+    return found
 
 
 UNCARRIED = sorted({(base, path) for base in BASES for path in _uncarried_leaves(base)})

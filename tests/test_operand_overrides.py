@@ -42,7 +42,7 @@ def test_catalog_and_model_name_the_same_operands():
         "driver", "driverManager", "toolkit", "validator", "devicePlugin", "mpsControlDaemon", "gfd", "dcgm",
         "dcgmExporter", "migManager", "nodeStatusExporter", "vgpuManager", "vgpuDeviceManager", "vfioManager",
         "sandboxValidator", "sandboxDevicePlugin", "kataSandboxDevicePlugin", "ccManager", "gds", "gdrcopy", "peermem",
-        "draDriver",
+        "draDriver", "vfioManagerDriverManager", "vgpuManagerDriverManager",
     )  # fmt: skip
 
 
@@ -255,7 +255,10 @@ def test_containers_are_matched_to_their_operand_inside_other_operands_pods():
     assert targets.daemonset_operand("nvidia-driver-daemonset-h100", "driver") == "driver"
     assert targets.daemonset_operand("nvidia-device-plugin-mps-control-daemon", "device-plugin") == "mpsControlDaemon"
     assert targets.daemonset_operand("gpu-stack-node-labeler", None) is None
-    assert targets.container_operand("k8s-driver-manager", "vfioManager") == "driverManager"
+    # each VM manager's pod has a key of its own for its k8s-driver-manager (falling back to operands.driverManager)
+    assert targets.container_operand("k8s-driver-manager", "vfioManager") == "vfioManagerDriverManager"
+    assert targets.container_operand("k8s-driver-manager", "vgpuManager") == "vgpuManagerDriverManager"
+    assert targets.container_operand("k8s-driver-manager", "driver") == "driverManager"
     assert targets.container_operand("nvidia-vfio-manager", "vfioManager") == "vfioManager"
     # the validation gates in front of an operand are gpu-stack's, not the operand's
     assert targets.container_operand("toolkit-validation", "devicePlugin") is None

@@ -61,6 +61,8 @@ class OperandTarget:
     owned_env: Mapping[str, str] = field(default_factory=dict)
     # For an operand that is a container in other operands' pods: those operands (they hold its pod settings).
     runs_in: tuple[str, ...] = ()
+    # The key whose override applies while this one is unset (a per-pod key of a container several pods run).
+    falls_back_to: Optional[str] = None
 
 
 _DRIVER_MANAGER_ENV = {
@@ -75,6 +77,11 @@ _DRIVER_MANAGER_ENV = {
     "GPU_DIRECT_RDMA_ENABLED": GPUDIRECT_RDMA,
     "USE_HOST_MOFED": HOST_MOFED,
 }
+
+def _own_driver_manager(pod: str) -> OperandTarget:
+    return OperandTarget(containers=("k8s-driver-manager",), image="driverManager", owned_env=_DRIVER_MANAGER_ENV,
+                         runs_in=(pod,), falls_back_to="driverManager")
+
 
 _PLUGIN_FAMILY_ENV = {
     "MIG_STRATEGY": PLUGIN_CONFIG,
@@ -280,6 +287,10 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
                 "FEATURE_GATES": "dra.featureGates",
             },
         ),
+        # k8s-driver-manager in the VFIO and vGPU managers' pods alone (ClusterPolicy's vfioManager.driverManager and
+        # vgpuManager.driverManager); unset, operands.driverManager applies there too.
+        "vfioManagerDriverManager": _own_driver_manager("vfioManager"),
+        "vgpuManagerDriverManager": _own_driver_manager("vgpuManager"),
     }
 )
 
@@ -312,10 +323,12 @@ def container_operand(container: str, pod_operand: Optional[str]) -> Optional[st
     validation gates and helpers gpu-stack puts next to an operand."""
     if pod_operand is not None and container in OPERANDS[pod_operand].containers:
         return pod_operand
-    for key, target in OPERANDS.items():
-        if target.runs_in and container in target.containers:
-            return key
-    return None
+    candidates = [key for key, target in OPERANDS.items() if target.runs_in and container in target.containers]
+    # The key of this pod's own copy of the container first (the VFIO manager's k8s-driver-manager).
+    own = sorted((len(OPERANDS[key].runs_in), i, key) for i, key in enumerate(candidates) if pod_operand in OPERANDS[key].runs_in)
+    if own:
+        return own[0][2]
+    return candidates[0] if candidates else None
 
 
 def owned_env(operand: str) -> dict[str, str]:

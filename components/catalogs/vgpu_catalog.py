@@ -260,21 +260,27 @@ def default_entries() -> list[dict[str, Any]]:
     ]
 
 
-def vgpu_configs() -> dict[str, list[dict[str, Any]]]:
-    """Named configs: one per vGPU type (every GPU of the node gets that type), then `default`."""
+# A stack's own named configs (`gpu-stack:vgpu.configs`) in the device manager's shape, by name.
+Custom = Optional[Mapping[str, list[dict[str, Any]]]]
+
+
+def vgpu_configs(custom: Custom = None) -> dict[str, list[dict[str, Any]]]:
+    """Named configs: one per vGPU type (every GPU of the node gets that type), then `default`; then a stack's own
+    configs, each replacing a built-in one of its name."""
     configs: dict[str, list[dict[str, Any]]] = {
         name: [{"devices": ALL_DEVICES, "vgpu-devices": {name: count}}] for name, count in single_type_counts().items()
     }
     configs[DEFAULT_CONFIG] = default_entries()
+    configs.update(custom or {})
     return configs
 
 
-def devices_config() -> dict[str, Any]:
-    return {"version": SPEC_VERSION, "vgpu-configs": vgpu_configs()}
+def devices_config(custom: Custom = None) -> dict[str, Any]:
+    return {"version": SPEC_VERSION, "vgpu-configs": vgpu_configs(custom)}
 
 
-def config_names() -> tuple[str, ...]:
-    return tuple(vgpu_configs())
+def config_names(custom: Custom = None) -> tuple[str, ...]:
+    return tuple(vgpu_configs(custom))
 
 
 # --- what a GPU model offers, and whether a config serves it -------------------------------------------------
@@ -314,10 +320,10 @@ def entry_applies(entry: Mapping[str, Any], pci_id: str) -> bool:
     return any(f.upper().startswith(device_filter(pci_id).upper()) for f in filters)
 
 
-def config_problem_for_pci_id(config: str, pci_id: str) -> Optional[str]:
+def config_problem_for_pci_id(config: str, pci_id: str, custom: Custom = None) -> Optional[str]:
     """Why applying `config` to a GPU with this PCI id fails or creates nothing, or None when it works: an entry
     applies there, and every entry that applies names only types the GPU holds, at most as many as it holds."""
-    configs = vgpu_configs()
+    configs = vgpu_configs(custom)
     if config not in configs:
         return f"no vGPU config named {config!r}"
     gpu = normalize_pci_id(pci_id)
@@ -336,9 +342,9 @@ def config_problem_for_pci_id(config: str, pci_id: str) -> Optional[str]:
     return None
 
 
-def served_pci_ids(config: str, pci_ids: Iterable[str]) -> tuple[str, ...]:
+def served_pci_ids(config: str, pci_ids: Iterable[str], custom: Custom = None) -> tuple[str, ...]:
     """The ids among `pci_ids` on which `config` applies cleanly."""
-    return tuple(normalize_pci_id(i) for i in pci_ids if config_problem_for_pci_id(config, i) is None)
+    return tuple(normalize_pci_id(i) for i in pci_ids if config_problem_for_pci_id(config, i, custom) is None)
 
 
 def _model_hint(model: str) -> str:
@@ -352,16 +358,16 @@ def _model_hint(model: str) -> str:
     return f"{model} GPUs take the configs named after the vGPU types of {', '.join(boards)}{default}"
 
 
-def config_problem(config: str, model: str) -> Optional[str]:
+def config_problem(config: str, model: str, custom: Custom = None) -> Optional[str]:
     """Why `config` cannot serve a pool of catalog model `model`, or None. A model spans several PCI ids (SXM and
     PCIe parts, export variants) whose boards name their types differently, so a single-type config serves some
     of them only; the pool is refused when it serves none, and accepted otherwise (`served_pci_ids` says which)."""
     ids = catalog.GPU_MODELS[model].pci_device_ids
     if not any(model_types(model).values()):
         return f"{model} (PCI ids {', '.join(ids)}) has no vGPU types: the vGPU software does not support it"
-    if config not in vgpu_configs():
+    if config not in vgpu_configs(custom):
         return f"no vGPU config named {config!r}; {_model_hint(model)}"
-    if served_pci_ids(config, ids):
+    if served_pci_ids(config, ids, custom):
         return None
-    reasons = dict.fromkeys(p for p in (config_problem_for_pci_id(config, i) for i in ids) if p)
+    reasons = dict.fromkeys(p for p in (config_problem_for_pci_id(config, i, custom) for i in ids) if p)
     return f"vGPU config {config!r} serves no {model} GPU ({'; '.join(reasons)}); {_model_hint(model)}"

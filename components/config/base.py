@@ -314,3 +314,20 @@ def _set_aliases(model: BaseModel) -> set[str]:
 def node_images() -> node_image_catalog.Catalog:
     """node_images/catalog.yaml, read once per process."""
     return node_image_catalog.load_catalog()
+
+
+# GPU indices a per-GPU MIG layout or vGPU config entry may name (nvidia-smi's index on the node).
+MAX_GPU_INDEX = 63
+ALL_DEVICES = "all"  # mig-parted's and the vGPU device manager's word for every GPU of the node
+
+
+def gpu_devices(value: object) -> object:
+    """An entry's `devices`: `all`, or a list of distinct GPU indices 0..MAX_GPU_INDEX."""
+    if value == ALL_DEVICES:
+        return value
+    indices = value if isinstance(value, list) else None
+    if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_GPU_INDEX for i in indices):
+        raise ValueError(f"got {shown(value)}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"GPU indices {shown(indices)} name a GPU twice")
+    return value

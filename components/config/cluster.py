@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, field_validator
 
 from components.catalogs import catalog, consts
 from components.config import limits
+from components.config.hostpaths import _host_path, _not_root_or_system
 from components.config.openshift import OpenShift
 from components.config.base import (
     K8S_VERSION,
@@ -191,6 +192,14 @@ def _absolute_path(value: Optional[str]) -> Optional[str]:
 class Toolkit(_Model):
     install_dir: str = "/usr/local/nvidia"
     cdi: StrictBool = True
+    runtime_class: str = Field(
+        default=consts.DEFAULT_RUNTIME_CLASS,
+        description="Name and handler of the RuntimeClass the operand pods (and GPU workloads) run under, and the "
+        "runtime the toolkit adds to containerd (`CONTAINERD_RUNTIME_CLASS`): ClusterPolicy's `operator.runtimeClass`. "
+        "A DNS label other than `nvidia-cdi` and `nvidia-legacy`, which gpu-stack renders too; another name than "
+        "`nvidia` needs containerd (the toolkit names cri-o's runtime `nvidia`).",
+        json_schema_extra={"pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+    )
     # Overrides for distributions that move the runtime's files (k3s/RKE2: /run/k3s/containerd/containerd.sock).
     runtime_config: Optional[str] = None
     runtime_drop_in_config: Optional[str] = None
@@ -198,10 +207,31 @@ class Toolkit(_Model):
 
     _paths = field_validator("install_dir", "runtime_config", "runtime_drop_in_config", "runtime_socket")(_absolute_path)
 
+    @field_validator("runtime_class")
+    @classmethod
+    def _runtime_class(cls, value: str) -> str:
+        # The API server takes a RuntimeClass handler as a DNS-1123 label.
+        _dns_label(value)
+        if value in consts.CDI_RUNTIME_CLASSES:
+            raise ValueError(f"{value!r} is one of the CDI RuntimeClasses gpu-stack renders besides this one "
+                             f"({', '.join(consts.CDI_RUNTIME_CLASSES)}); pick another name")
+        return value
+
 
 class DevicePlugin(_Model):
     # The strategy of pools that do not partition their GPUs; a MIG pool's sharing.strategy sets its own.
     mig_strategy: Literal["none", "single", "mixed"] = "single"
+    mps_root: str = Field(
+        default=consts.DEFAULT_MPS_ROOT,
+        description="Host directory of the MPS control daemons (its `shm` below it): mounted by the MPS daemon and "
+        "the device plugin, which hands it to MPS clients (`MPS_ROOT`); ClusterPolicy's `devicePlugin.mps.root`. An "
+        "absolute, normalised path outside the system directories.",
+    )
+
+    @field_validator("mps_root")
+    @classmethod
+    def _mps_root(cls, value: str) -> str:
+        return _not_root_or_system(_host_path(value))
 
 
 class GpuClientsConfig(_Model):

@@ -15,6 +15,9 @@ these constants as `max_length` / `le` bounds or in their validators; an error n
 | MAX_MIG_LAYOUT_ENTRIES      | per-GPU entries of one migLayouts.<name> (one per GPU index at most)     | 64      |
 | MAX_MIG_DEVICE_FILTERS      | migLayouts.<name>[].deviceFilter                                         | 16      |
 | MAX_MIG_PROFILES            | MIG profiles of one layout or entry (migDevices)                         | 16      |
+| MAX_VGPU_CONFIGS            | vgpu.configs                                                             | 32      |
+| MAX_VGPU_CONFIG_ENTRIES     | entries of one vgpu.configs.<name>                                       | 64      |
+| MAX_VGPU_TYPES              | vGPU types of one vgpu.configs entry (vgpuDevices)                       | 16      |
 | MAX_PULL_SECRETS            | registry.pullSecrets, operands.<x>.imagePullSecrets                      | 16      |
 | MAX_TOLERATIONS             | daemonsets.tolerations, operands.<x>.tolerations                         | 32      |
 | MAX_NODE_IMAGES_PER_POOL    | nodePools[].nodeImage or nodePools[].os as a list (a pool mid-rollout)   | 4       |
@@ -39,6 +42,9 @@ MAX_MIG_LAYOUTS = 32
 MAX_MIG_LAYOUT_ENTRIES = 64
 MAX_MIG_DEVICE_FILTERS = 16
 MAX_MIG_PROFILES = 16
+MAX_VGPU_CONFIGS = 32
+MAX_VGPU_CONFIG_ENTRIES = 64
+MAX_VGPU_TYPES = 16
 MAX_PULL_SECRETS = 16
 MAX_TOLERATIONS = 32
 MAX_NODE_IMAGES_PER_POOL = 4

@@ -322,7 +322,12 @@ class OperandOverride(_Model):
 
 
 def _operand_field(key: str) -> Optional[OperandOverride]:
-    return Field(default=None, description=f"Overrides for the `{key}` operand ({', '.join(operand_targets.OPERANDS[key].containers)}).")
+    target = operand_targets.OPERANDS[key]
+    if target.falls_back_to is not None:
+        pods = " and ".join(f"`{pod}`" for pod in target.runs_in)
+        return Field(default=None, description=f"Overrides for `{', '.join(target.containers)}` in the pods of {pods} alone; "
+                     f"unset, `operands.{target.falls_back_to}` applies there.")
+    return Field(default=None, description=f"Overrides for the `{key}` operand ({', '.join(target.containers)}).")
 
 
 class OperandOverrides(_Model):
@@ -353,6 +358,8 @@ class OperandOverrides(_Model):
     gdrcopy: Optional[OperandOverride] = _operand_field("gdrcopy")
     peermem: Optional[OperandOverride] = _operand_field("peermem")
     dra_driver: Optional[OperandOverride] = _operand_field("draDriver")
+    vfio_manager_driver_manager: Optional[OperandOverride] = _operand_field("vfioManagerDriverManager")
+    vgpu_manager_driver_manager: Optional[OperandOverride] = _operand_field("vgpuManagerDriverManager")
 
     def by_key(self) -> dict[str, OperandOverride]:
         """The overrides that are set, by operand key (camelCase, as in the stack file)."""

@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Discriminator, Field, PlainSerializer, Stri
 from components.catalogs import catalog
 from components.catalogs import mig_catalog
 from components.config import limits
-from components.config.base import OS_TAG, _Model, dns_label_problem, label_map_problem, node_images, shown
+from components.config.base import MAX_GPU_INDEX, OS_TAG, _Model, dns_label_problem, gpu_devices, label_map_problem, node_images, shown
 from components.config.drivers import PoolDriver
 from node_images import catalog as node_image_catalog
 
@@ -20,8 +20,6 @@ SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
 # CUDA MPS serves at most 48 client processes per GPU on Volta and later.
 MPS_MAX_REPLICAS = 48
 MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
-# GPU indices a per-GPU MIG layout entry may name (nvidia-smi's index on the node).
-MAX_GPU_INDEX = 63
 
 
 _PciId = Annotated[str, Field(pattern=mig_catalog.DEVICE_FILTER.pattern)]
@@ -63,17 +61,7 @@ class MigLayoutEntry(_Model):
                 raise ValueError(f"unknown key {shown(unknown[0])}; allowed keys: {', '.join(allowed)}")
         return data
 
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, value: Any) -> Any:
-        if value == mig_catalog.ALL_DEVICES:
-            return value
-        indices = value if isinstance(value, list) else None
-        if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_GPU_INDEX for i in indices):
-            raise ValueError(f"got {shown(value)}; allowed values: 'all' or a list of GPU indices 0..{MAX_GPU_INDEX} such as [0, 1]")
-        if len(set(indices)) != len(indices):
-            raise ValueError(f"GPU indices {shown(indices)} name a GPU twice")
-        return value
+    _devices = field_validator("devices", mode="before")(gpu_devices)
 
     @field_validator("device_filter", mode="before")
     @classmethod

@@ -281,7 +281,7 @@ def operand_daemonset_parts(
     override = ops.overrides.get(operand) if operand else None
     init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
     containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)
-    in_pod = operands_in_pod([*init_containers, *containers], operand)
+    in_pod = operands_in_pod([*init_containers, *containers], operand, ops.overrides, ops.operand_images)
     selector = selector_labels or {"app": name}
     pod_labels = {**ds.labels, **(override.labels if override else {}), **selector, **(labels or {})}
     pod_annotations = {**ds.annotations, **(override.annotations if override else {}), **(template_annotations or {})}

@@ -84,7 +84,7 @@ class DriverPodExtensions:
     env_from: Optional[list[EnvFromSourceArgs]] = None
 
 
-def _config_map_files(files: RepoConfig | NamedFiles, directory: str) -> tuple[VolumeArgs, list[VolumeMountArgs]]:
+def config_map_files(files: RepoConfig | NamedFiles, directory: str) -> tuple[VolumeArgs, list[VolumeMountArgs]]:
     """One subPath mount per key, so the files already in `directory` stay (createConfigMapVolumeMounts); keys
     sorted, as the operator adds them."""
     keys = sorted(files.files)
@@ -118,7 +118,7 @@ def pod_extensions(settings: DriverSettings, os_tag: str, *, precompiled: bool) 
         ))
         ext.driver_mounts.append(mount(TOPOLOGY_VOLUME, TOPOLOGY_CONF_PATH, read_only=True, sub_path=TOPOLOGY_CONF))
     if settings.kernel_module_config is not None:
-        volume, mounts = _config_map_files(settings.kernel_module_config, DRIVERS_DIR)
+        volume, mounts = config_map_files(settings.kernel_module_config, DRIVERS_DIR)
         ext.volumes.append(volume)
         ext.driver_mounts.extend(mounts)
         ext.peermem_mounts.extend(mounts)
@@ -127,7 +127,7 @@ def pod_extensions(settings: DriverSettings, os_tag: str, *, precompiled: bool) 
             if files is None:
                 continue
             # OS_TAG admits only OSes both maps know (components/config/base.py).
-            volume, mounts = _config_map_files(files, dirs[os_id(os_tag)])
+            volume, mounts = config_map_files(files, dirs[os_id(os_tag)])
             ext.volumes.append(volume)
             ext.driver_mounts.extend(mounts)
             ext.sidecar_mounts.extend(mounts)

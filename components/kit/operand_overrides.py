@@ -78,6 +78,12 @@ def apply_to_container(container: ContainerArgs, override: Optional[OperandOverr
     return changed
 
 
+def _in_effect(key: str, overrides: Mapping[str, OperandOverride], images: Mapping[str, str]) -> str:
+    """The key whose settings a container gets: its own, or while that is unset the key it falls back to."""
+    fallback = targets.OPERANDS[key].falls_back_to
+    return key if fallback is None or key in overrides or key in images else fallback
+
+
 def apply_to_containers(
     containers: Sequence[ContainerArgs],
     pod_operand: Optional[str],
@@ -87,15 +93,24 @@ def apply_to_containers(
     result = []
     for container in containers:
         key = targets.container_operand(container.name, pod_operand)
+        if key:
+            key = _in_effect(key, overrides, images)
         result.append(apply_to_container(container, overrides.get(key), images.get(key)) if key else container)
     return result
 
 
-def operands_in_pod(containers: Iterable[ContainerArgs], pod_operand: Optional[str]) -> list[str]:
-    """The operand keys with a container in the pod, the pod's own first."""
+def operands_in_pod(
+    containers: Iterable[ContainerArgs],
+    pod_operand: Optional[str],
+    overrides: Mapping[str, OperandOverride] = {},
+    images: Mapping[str, str] = {},
+) -> list[str]:
+    """The operand keys with a container in the pod (those in effect), the pod's own first."""
     keys = [pod_operand] if pod_operand else []
     for container in containers:
         key = targets.container_operand(container.name, pod_operand)
+        if key:
+            key = _in_effect(key, overrides, images)
         if key and key not in keys:
             keys.append(key)
     return keys

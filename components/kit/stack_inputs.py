@@ -12,7 +12,7 @@ from components.config import StackConfig
 from components.config.images import operand_images, resolve_images, sidecar_parts
 from components.kit.builders import Operands
 from components.kit.driver_targets import Sidecars
-from components.states.prerequisites import REGISTRY_SECRET, RUNTIME_CLASS
+from components.states.prerequisites import REGISTRY_SECRET
 
 
 def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
@@ -55,7 +55,7 @@ def operands(cfg: StackConfig) -> Operands:
         images=resolve_images(cfg),
         pull_secrets=(*cfg.registry.pull_secrets, *((REGISTRY_SECRET,) if cfg.registry.credentials else ())),
         daemonsets=cfg.daemonsets,
-        runtime_class=None if no_runtime_class else RUNTIME_CLASS,
+        runtime_class=None if no_runtime_class else cfg.toolkit.runtime_class,
         cdi=cfg.toolkit.cdi,
         toolkit_install_dir=cfg.toolkit.install_dir,
         host_paths=cfg.host_paths,

@@ -43,7 +43,7 @@ NAME = "nvidia-device-plugin"
 DAEMONSET = "nvidia-device-plugin-daemonset"
 CONTAINER = "nvidia-device-plugin"
 ENTRYPOINT_CONFIGMAP = "nvidia-device-plugin-entrypoint"
-MPS_ROOT = "/run/nvidia/mps"
+MPS_ROOT = consts.DEFAULT_MPS_ROOT
 CLUSTER_RULES = (rule([""], ["nodes"], ["get", "list", "watch"]),)
 
 # Waits for driver-ready, sources it, and turns on GDS/GDRCopy device injection when their modules are loaded
@@ -62,6 +62,12 @@ exec nvidia-device-plugin
 """
 
 
+def mps_volumes(mps_root: str) -> list[VolumeArgs]:
+    """The MPS root and its shm on the host, as the plugin and the MPS daemon mount them (a moved root moves both,
+    as the operator's TransformDevicePlugin and TransformMPSControlDaemon do)."""
+    return [host_path("mps-root", mps_root, "DirectoryOrCreate"), host_path("mps-shm", f"{mps_root}/shm")]
+
+
 def gpudirect_env(*, gds: bool, gdrcopy: bool) -> list:
     """Device injection for GPUDirect: /dev/nvidia-fs* and the InfiniBand devices with GDS, /dev/gdrdrv with
     GDRCopy, as TransformDevicePlugin sets it when the stack enables them."""
@@ -69,7 +75,7 @@ def gpudirect_env(*, gds: bool, gdrcopy: bool) -> list:
     return values + ([env("GDRCOPY_ENABLED", "true")] if gdrcopy else [])
 
 
-def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[str], with_config: bool) -> list:
+def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[str], with_config: bool, mps_root: str = MPS_ROOT) -> list:
     device_list_strategy = "cdi-annotations,cdi-cri" if cdi else "envvar"
     values = [
         env("PASS_DEVICE_SPECS", "true"),
@@ -78,7 +84,7 @@ def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[st
         env("DEVICE_ID_STRATEGY", "uuid"),
         env("NVIDIA_VISIBLE_DEVICES", "all"),
         env("NVIDIA_DRIVER_CAPABILITIES", "all"),
-        env("MPS_ROOT", MPS_ROOT),
+        env("MPS_ROOT", mps_root),
     ]
     if with_config:
         values.append(env("CONFIG_FILE", PLUGIN_CONFIG_FILE))
@@ -104,6 +110,7 @@ class DevicePlugin(pulumi.ComponentResource):
         toolkit_enabled: bool,
         gds: bool = False,
         gdrcopy: bool = False,
+        mps_root: str = MPS_ROOT,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -144,8 +151,7 @@ class DevicePlugin(pulumi.ComponentResource):
             host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
             host_path("host-root", "/"),
             host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
-            host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
-            host_path("mps-shm", f"{MPS_ROOT}/shm"),
+            *mps_volumes(mps_root),
         ]
         init = [wait_for_validation(ops.images.validator, "toolkit-ready")]
         sidecars: list[ContainerArgs] = []
@@ -167,6 +173,7 @@ class DevicePlugin(pulumi.ComponentResource):
                     cdi=ops.cdi,
                     toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
                     with_config=with_config,
+                    mps_root=mps_root,
                 ),
                 *gpudirect_env(gds=gds, gdrcopy=gdrcopy),
             ],

@@ -71,11 +71,11 @@ def mdev_type_name(gpu_model: str, vgpu_type: str) -> str:
     return f"{prefix} {vgpu_type}"
 
 
-def permitted_mediated_devices(pools: Sequence[tuple[str, str]]) -> list[MediatedDevice]:
-    """The vGPU entries for (GPU model, vgpu config) pairs: every type the config creates on that model's GPUs,
-    each once, in pool order."""
+def permitted_mediated_devices(pools: Sequence[tuple[str, str]], custom: vgpu_catalog.Custom = None) -> list[MediatedDevice]:
+    """The vGPU entries for (GPU model, vgpu config) pairs: every type the config (a built-in one, or one of the
+    stack's `vgpu.configs`) creates on that model's GPUs, each once, in pool order."""
     devices: list[MediatedDevice] = []
-    configs = vgpu_catalog.vgpu_configs()
+    configs = vgpu_catalog.vgpu_configs(custom)
     for model, config in pools:
         for pci_id, offered in vgpu_catalog.model_types(model).items():
             for entry in configs[config]:

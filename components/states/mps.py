@@ -28,7 +28,6 @@ from components.kit.builders import (
     child_opts,
     config_manager,
     env,
-    host_path,
     mig_env,
     mount,
     operand_daemonset,
@@ -37,7 +36,7 @@ from components.kit.builders import (
     wait_for_validation,
 )
 from components.kit.rbac import SCC_USE, rbac_set, rule
-from components.states.device_plugin import MPS_ROOT
+from components.states.device_plugin import MPS_ROOT, mps_volumes
 
 NAME = "nvidia-device-plugin-mps-control-daemon"
 CONTAINER = "mps-control-daemon-ctr"
@@ -55,6 +54,7 @@ class MpsControlDaemon(pulumi.ComponentResource):
         *,
         ops: Operands,
         plugin_configs: k8s.core.v1.ConfigMap,
+        mps_root: str = MPS_ROOT,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -103,8 +103,7 @@ class MpsControlDaemon(pulumi.ComponentResource):
             containers=[daemon, config_manager(image, sidecar=True, process_to_signal=PROCESS)],
             volumes=[
                 RUN_NVIDIA_VOLUME,
-                host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
-                host_path("mps-shm", f"{MPS_ROOT}/shm"),
+                *mps_volumes(mps_root),
                 *plugin_config_volumes(),
             ],
             opts=also_after(child, *rbac.resources, plugin_configs),

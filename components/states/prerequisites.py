@@ -21,10 +21,10 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.catalogs.consts import CDI_RUNTIME_CLASSES, DEFAULT_RUNTIME_CLASS
 from components.kit.builders import kept, meta
 
-RUNTIME_CLASS = "nvidia"
-CDI_RUNTIME_CLASSES = ("nvidia-cdi", "nvidia-legacy")
+RUNTIME_CLASS = DEFAULT_RUNTIME_CLASS
 RUNTIME_CLASS_LABELS = {"app.kubernetes.io/component": "gpu-operator"}
 POD_SECURITY_LABELS = {
     f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")
@@ -57,6 +57,7 @@ class PreRequisites(pulumi.ComponentResource):
         namespace: str,
         registry_login: Optional[RegistryLogin] = None,
         namespace_labels: Optional[dict[str, str]] = None,
+        runtime_class: str = RUNTIME_CLASS,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-stack:index:PreRequisites", name, None, opts)
@@ -72,7 +73,7 @@ class PreRequisites(pulumi.ComponentResource):
                 string_data={".dockerconfigjson": pulumi.Output.secret(docker_config(registry_login))},
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.namespace])),
             )
-        names = (RUNTIME_CLASS, *CDI_RUNTIME_CLASSES)
+        names = (runtime_class, *CDI_RUNTIME_CLASSES)
         self.runtime_classes = [
             k8s.node.v1.RuntimeClass(rc, metadata=meta(rc, labels=RUNTIME_CLASS_LABELS), handler=rc, opts=kept(child))
             for rc in names

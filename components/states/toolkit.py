@@ -82,7 +82,7 @@ def runtime_files(
     )
 
 
-def toolkit_env(files: RuntimeFiles, *, cdi: bool, install_dir: str) -> list:
+def toolkit_env(files: RuntimeFiles, *, cdi: bool, install_dir: str, runtime_class: str = RUNTIME_CLASS) -> list:
     base = [
         env("ROOT", install_dir),
         env("NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND", "management.nvidia.com/gpu"),
@@ -103,7 +103,7 @@ def toolkit_env(files: RuntimeFiles, *, cdi: bool, install_dir: str) -> list:
         base.append(env("CRIO_CONFIG_MODE", "hook"))
     base.append(env("RUNTIME", files.runtime))
     if files.runtime == "containerd":
-        base.append(env("CONTAINERD_RUNTIME_CLASS", RUNTIME_CLASS))
+        base.append(env("CONTAINERD_RUNTIME_CLASS", runtime_class))
     config_file = CONFIG_TARGET_DIR + posixpath.basename(files.config)
     base += [env("RUNTIME_CONFIG", config_file), env(files.config_env, config_file)]
     base += [
@@ -170,7 +170,7 @@ class ContainerToolkit(pulumi.ComponentResource):
             image_pull_policy="IfNotPresent",
             command=["/bin/sh", "-c"],
             args=["/bin/entrypoint.sh"],
-            env=toolkit_env(files, cdi=ops.cdi, install_dir=ops.toolkit_install_dir),
+            env=toolkit_env(files, cdi=ops.cdi, install_dir=ops.toolkit_install_dir, runtime_class=ops.runtime_class or RUNTIME_CLASS),
             security_context=PRIVILEGED_S0,
             volume_mounts=[
                 mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),

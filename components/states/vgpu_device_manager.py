@@ -115,9 +115,9 @@ def device_manager(image: str, default_config: str) -> ContainerArgs:
     )
 
 
-def render_config() -> str:
-    """The `config.yaml` of `default-vgpu-devices-config`, from the catalog's document."""
-    return yaml.safe_dump(vgpu_catalog.devices_config(), sort_keys=False, default_flow_style=False, width=120)
+def render_config(custom: vgpu_catalog.Custom = None) -> str:
+    """The `config.yaml` of `default-vgpu-devices-config`, from the catalog's document and the stack's own configs."""
+    return yaml.safe_dump(vgpu_catalog.devices_config(custom), sort_keys=False, default_flow_style=False, width=120)
 
 
 class VgpuDeviceManager(pulumi.ComponentResource):
@@ -130,18 +130,19 @@ class VgpuDeviceManager(pulumi.ComponentResource):
         *,
         ops: Operands,
         default_config: str,
+        configs: vgpu_catalog.Custom = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VgpuDeviceManager", name, None, opts)
-        if default_config not in vgpu_catalog.config_names():
+        if default_config not in vgpu_catalog.config_names(configs):
             raise ValueError(f"DEFAULT_VGPU_CONFIG {default_config!r} is not a config of {CONFIGMAP}")
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=ROLE_RULES, cluster_role_rules=CLUSTER_RULES, opts=child)
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),
-            data={CONFIG_KEY: render_config()},
+            data={CONFIG_KEY: render_config(configs)},
             opts=child,
         )
         self.daemonset = operand_daemonset(

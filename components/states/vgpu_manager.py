@@ -53,6 +53,8 @@ from components.kit.builders import (
     register_daemonset,
 )
 from components.config import StackConfig, Upgrade
+from components.config.driver_extensions import DRIVERS_DIR, NamedFiles
+from components.kit.driver_extensions import config_map_files
 from components.kit import naming
 from components.kit.driver_targets import OpenShiftDriver
 from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
@@ -86,16 +88,18 @@ VOLUMES = (
 )
 
 
-def config_digest(image: str, openshift: Optional[OpenShiftDriver] = None) -> str:
+def config_digest(image: str, openshift: Optional[OpenShiftDriver] = None, kernel_module_config: Optional[NamedFiles] = None) -> str:
     """DRIVER_CONFIG_DIGEST: lets k8s-driver-manager keep a loaded vGPU manager whose image (and, on OpenShift, DTK
-    build) did not change."""
+    build, and the kernel module parameters it loads with) did not change."""
     material: dict = {"image": image, "driverType": COMPONENT}
     if openshift is not None:
         material["openshift"] = dataclasses.asdict(openshift)
+    if kernel_module_config is not None:
+        material["kernelModuleConfig"] = kernel_module_config.model_dump(mode="json", by_alias=True)
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] = None) -> ContainerArgs:
+def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] = None, extra_mounts: Sequence = ()) -> ContainerArgs:
     dtk = openshift is not None and openshift.toolkit
     return ContainerArgs(
         name=CONTAINER,
@@ -127,6 +131,7 @@ def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] =
             mount("host-sys-devices-system", "/sys/devices/system"),
             mount("nv-firmware", "/lib/firmware"),
             *driver_mounts(openshift),
+            *extra_mounts,
         ],
     )
 
@@ -189,6 +194,7 @@ class VgpuManager(pulumi.ComponentResource):
         image: str,
         upgrade: Upgrade,
         flavours: Sequence[Optional[OpenShiftDriver]] = (None,),
+        kernel_module_config: Optional[NamedFiles] = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
@@ -196,8 +202,10 @@ class VgpuManager(pulumi.ComponentResource):
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         self.daemonsets = {}
+        # vgpu.kernelModuleConfig: its keys into /drivers, as the driver's kernel module config.
+        module_volume, module_mounts = config_map_files(kernel_module_config, DRIVERS_DIR) if kernel_module_config else (None, [])
         for openshift in flavours:
-            digest = config_digest(image, openshift)
+            digest = config_digest(image, openshift, kernel_module_config)
             daemonset = daemonset_name(openshift)
             dtk = toolkit_container(openshift, digest)
             daemonset_labels, pod_labels = toolkit_labels(openshift)
@@ -213,8 +221,8 @@ class VgpuManager(pulumi.ComponentResource):
                 affinity=ONE_DRIVER_PER_NODE,
                 update_strategy=UPDATE_STRATEGY,
                 init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
-                containers=[vgpu_manager(image, digest, openshift), *([dtk] if dtk else [])],
-                volumes=[*VOLUMES, *driver_volumes(openshift)],
+                containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
+                volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
                 termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
             )
             self.daemonsets[daemonset] = register_daemonset(daemonset, parts.labelled(daemonset_labels), also_after(child, *rbac.resources))

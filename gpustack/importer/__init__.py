@@ -1,8 +1,11 @@
-"""`python -m gpustack import`: a running GPU Operator's ClusterPolicy as a gpu-stack stack file.
+"""`python -m gpustack import`: a running GPU Operator's ClusterPolicy (and NVIDIADriver objects) as a gpu-stack
+stack file, with a per-field report.
 
 Inputs are what kubectl and helm print: the ClusterPolicy (`kubectl get clusterpolicy -o yaml`, one object or a
-List), optionally the operator's Helm values (`helm get values --all`), the nodes (`kubectl get nodes -o yaml`)
-and ConfigMaps the ClusterPolicy names (`kubectl get cm -n gpu-operator NAME -o yaml`). A field the ClusterPolicy
+List), optionally the operator's Helm values (`helm get values --all`), the nodes (`kubectl get nodes -o yaml`),
+ConfigMaps the ClusterPolicy names (`kubectl get cm -n gpu-operator NAME -o yaml`) and, when the ClusterPolicy sets
+driver.useNvidiaDriverCRD, the NVIDIADriver objects; or all of them read from the cluster (`--from-cluster`,
+`live`). A field the ClusterPolicy
 lacks takes the Helm value when values are given and the CRD default otherwise: the two differ (fact sheet §11,
 e.g. `dcgm.enabled`, `mig.strategy`, `driver.upgradePolicy.autoUpgrade`).
 
@@ -13,11 +16,13 @@ word. A MIG setup the stack would wipe (a pool labelled all-disabled over partit
 `import_cluster_policy` is pure; `run` does the files.
 
 The package is split by input: `clusterpolicy` (the object and its effective spec), `helm`, `nodes` (node pools),
-`configmaps`, `mig` (mig-parted layouts), and per area of the mapping `images`, `driver`, `operands`, `mapping`
-(the table and the per-operand fields); `shapes` the field kinds every input is checked against before any
-mapping runs, `spec_fields` the ClusterPolicy's and the Helm values' typed fields; `report` holds the report rules,
-`build` the `_Importer` that runs the mapping in stack-file order, `stackfile` the check, the written file and its
-policy-pack config, `tables` the generated tables of docs/migration.md.
+`configmaps`, `mig` (mig-parted layouts), `nvidiadriver` (NVIDIADriver objects, their owners and pools), `live`
+(reading them all from a cluster), and per area of the mapping `images`, `driver`, `operands`, `mapping` (the
+table and the per-operand fields); `shapes` the field kinds every input is checked against before any mapping
+runs, `spec_fields` the ClusterPolicy's and the Helm values' typed fields; `report` holds the report rules,
+`ledger` each field's outcome, `output` the report as text or JSON, `build` the `_Importer` that runs the mapping
+in stack-file order, `stackfile` the check, the written file and its policy-pack config, `tables` the generated
+tables of docs/migration.md.
 This module re-exports what callers use and holds the command line (`run` reads `PROJECT_DIR` from here).
 """
 
@@ -27,8 +32,9 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from components.catalogs import catalog
 from components.config import OS_TAG, ConfigError
@@ -37,6 +43,9 @@ from gpustack.importer.clusterpolicy import cluster_policy_of
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, read_yaml
 from gpustack.importer.configmaps import configmaps_of
 from gpustack.importer.nodes import INSTANCE_TYPE, model_from_product, nodes_of
+from gpustack.importer.live import read_cluster
+from gpustack.importer.nvidiadriver import nvidia_drivers_of
+from gpustack.importer.output import json_report, refusal, text_report
 from gpustack.importer.stackfile import policy_config, stack_yaml, validate
 
 __all__ = [
@@ -50,6 +59,7 @@ __all__ = [
     "import_cluster_policy",
     "model_from_product",
     "nodes_of",
+    "nvidia_drivers_of",
     "policy_config",
     "read_yaml",
     "run",
@@ -66,12 +76,19 @@ STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--clusterpolicy", required=True, metavar="FILE", help="`kubectl get clusterpolicy -o yaml` output")
+    parser.add_argument("--clusterpolicy", metavar="FILE", help="`kubectl get clusterpolicy -o yaml` output (or --from-cluster)")
+    parser.add_argument("--from-cluster", action="store_true",
+                        help="read the ClusterPolicy, NVIDIADrivers, nodes, the ConfigMaps they name and OpenShift's "
+                             "objects from the cluster of --context (read-only) instead of files")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="with --from-cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="the report's format (default text)")
+    parser.add_argument("--report", metavar="FILE", help="write the report here instead of printing it")
     parser.add_argument("--helm-values", metavar="FILE", help="the operator's `helm get values --all -o yaml`: fields the ClusterPolicy lacks take these, not the CRD defaults")
     parser.add_argument("--stack", required=True, help="stack name: writes stacks/Pulumi.<name>.yaml")
     parser.add_argument("--out", metavar="PATH", help="write the stack file here instead")
     parser.add_argument("--force", action="store_true", help="overwrite an existing stack file")
-    parser.add_argument("--context", required=True, help="kubeconfig context of the cluster (gpu-stack:cluster.context)")
+    parser.add_argument("--context", help="kubeconfig context of the cluster (gpu-stack:cluster.context); with --from-cluster "
+                                          "also the one read (default: the kubeconfig's current context)")
     parser.add_argument("--node-agent-image", required=True, metavar="IMAGE", help="gpu-stack node agent image (it replaces the operator's node labeller)")
     parser.add_argument("--cluster-name", help="gpu-stack:cluster.name (default: the context, as a DNS label)")
     parser.add_argument("--kubernetes-version", action="append", default=[], metavar="1.N", help="repeatable; default: the kubelet versions in --nodes")
@@ -87,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool-label", action="append", default=[], metavar="KEY", help="node label that tells pools apart; repeatable")
     parser.add_argument("--configmap", action="append", default=[], metavar="FILE",
                         help="`kubectl get cm -o yaml` of ConfigMaps the ClusterPolicy names (device-plugin, mig-parted, DCGM metrics); repeatable")
+    parser.add_argument("--nvidiadriver", action="append", default=[], metavar="FILE",
+                        help="`kubectl get nvidiadrivers -o yaml` (one object or a List): the drivers when the ClusterPolicy "
+                             "sets driver.useNvidiaDriverCRD; repeatable")
 
 
 def _gpu_models(values: Sequence[str]) -> tuple[tuple[Optional[tuple[str, str]], str], ...]:
@@ -118,6 +138,61 @@ def _policy_path(args: argparse.Namespace, out: Path) -> Path:
     return PROJECT_DIR / "policies" / "config" / f"{args.stack}.json"
 
 
+FILE_INPUTS = ("clusterpolicy", "nodes", "configmap", "nvidiadriver", "imagestream", "proxy", "openshift_version")
+
+
+@dataclass
+class _Inputs:
+    policy: Any
+    nodes: Any
+    configmaps: list[tuple[str, Any]]
+    drivers: list[tuple[str, Any]]
+    context: str
+    openshift_version: Optional[str]
+    imagestream: Any
+    proxy: Any
+    source: str
+
+
+def _file_inputs(args: argparse.Namespace) -> _Inputs:
+    if not args.clusterpolicy or not args.context:
+        raise ImportInputError("--clusterpolicy FILE and --context are required (or read the cluster with --from-cluster)")
+    return _Inputs(
+        policy=read_yaml(args.clusterpolicy, "--clusterpolicy"),
+        nodes=read_yaml(args.nodes, "--nodes") if args.nodes else None,
+        configmaps=[(path, read_yaml(path, "--configmap")) for path in args.configmap],
+        drivers=[(path, read_yaml(path, "--nvidiadriver")) for path in args.nvidiadriver],
+        context=args.context,
+        openshift_version=args.openshift_version,
+        imagestream=read_yaml(args.imagestream, "--imagestream") if args.imagestream else None,
+        proxy=read_yaml(args.proxy, "--proxy") if args.proxy else None,
+        source=args.clusterpolicy,
+    )
+
+
+def _cluster_inputs(args: argparse.Namespace) -> _Inputs:
+    given = [f"--{name.replace('_', '-')}" for name in FILE_INPUTS if getattr(args, name)]
+    if given:
+        raise ImportInputError(f"--from-cluster reads {', '.join(given)} from the cluster; leave them out")
+    found = read_cluster(args.kubeconfig, args.context, args.namespace)
+    return _Inputs(found.cluster_policy, found.nodes, found.configmaps, found.nvidia_drivers, found.context,
+                   found.openshift_version, found.imagestream, found.proxy, f"context {found.context}")
+
+
+def _emit(args: argparse.Namespace, text: str) -> None:
+    if args.report:
+        Path(args.report).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _refuse(args: argparse.Namespace, message: str) -> int:
+    print(f"import: {message}", file=sys.stderr)
+    if args.format == "json":
+        _emit(args, json.dumps(refusal(message), indent=2) + "\n")
+    return EXIT_BAD_INPUT
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         out = _output_path(args)
@@ -125,12 +200,14 @@ def run(args: argparse.Namespace) -> int:
             raise ImportInputError(f"{out} exists; pass --force to overwrite it")
         if args.os is not None and not OS_TAG.fullmatch(args.os):
             raise ImportInputError(f"--os {args.os!r} is not an OS tag such as ubuntu22.04 or rhel9")
-        policy = cluster_policy_of(read_yaml(args.clusterpolicy, "--clusterpolicy"), args.clusterpolicy)
+        inputs = _cluster_inputs(args) if args.from_cluster else _file_inputs(args)
+        policy = cluster_policy_of(inputs.policy, inputs.source)
         helm = read_yaml(args.helm_values, "--helm-values") if args.helm_values else None
-        nodes = nodes_of(read_yaml(args.nodes, "--nodes"), args.nodes) if args.nodes else None
-        configmaps = configmaps_of([(path, read_yaml(path, "--configmap")) for path in args.configmap])
+        nodes = nodes_of(inputs.nodes, "--nodes" if not args.from_cluster else "nodes (cluster)") if inputs.nodes is not None else None
+        configmaps = configmaps_of(inputs.configmaps)
+        drivers = nvidia_drivers_of(inputs.drivers)
         facts = ClusterFacts(
-            context=args.context,
+            context=inputs.context,
             node_agent_image=args.node_agent_image,
             cluster_name=args.cluster_name,
             kubernetes_versions=tuple(args.kubernetes_version),
@@ -139,41 +216,33 @@ def run(args: argparse.Namespace) -> int:
             gpu_models=_gpu_models(args.gpu_model),
             os=args.os,
             pool_labels=tuple(args.pool_label),
-            openshift_version=args.openshift_version,
-            imagestream=read_yaml(args.imagestream, "--imagestream") if args.imagestream else None,
-            proxy=read_yaml(args.proxy, "--proxy") if args.proxy else None,
+            openshift_version=inputs.openshift_version,
+            imagestream=inputs.imagestream,
+            proxy=inputs.proxy,
         )
-        result = import_cluster_policy(policy, facts, helm_values=helm, nodes=nodes, configmaps=configmaps)
+        result = import_cluster_policy(policy, facts, helm_values=helm, nodes=nodes, configmaps=configmaps, nvidia_drivers=drivers)
     except ImportInputError as exc:
-        print(f"import: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _refuse(args, str(exc))
     try:
         cfg = validate(result)
     except ConfigError as exc:
-        print(f"import: the imported stack does not load, nothing written\n{exc.render()}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    policy = policy_config(cfg)
+        return _refuse(args, f"the imported stack does not load, nothing written\n{exc.render()}")
+    policy_document = policy_config(cfg)
     policy_out = _policy_path(args, out)
-    if policy and policy_out.exists() and not args.force:
-        print(f"import: {policy_out} exists; pass --force to overwrite it", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    if policy_document and policy_out.exists() and not args.force:
+        return _refuse(args, f"{policy_out} exists; pass --force to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(stack_yaml(result, "python -m gpustack import"))
-    print(f"wrote {out}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})")
-    if policy:
+    written = [f"wrote {out}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})"]
+    if policy_document:
         policy_out.parent.mkdir(parents=True, exist_ok=True)
-        policy_out.write_text(json.dumps(policy, indent=2) + "\n")
+        policy_out.write_text(json.dumps(policy_document, indent=2) + "\n")
         how = "" if not args.out else f" (pass it to check/render with --policy-config {policy_out})"
-        print(f"wrote {policy_out}: the policy pack settings the imported stack needs{how}")
-    print(f"not carried ({len(result.not_carried)}):")
-    for item in result.not_carried:
-        print(f"  {item.render()}")
-    if result.no_effect:
-        print(f"without effect in the operator ({len(result.no_effect)}):")
-        for item in result.no_effect:
-            print(f"  {item.render()}")
-    if result.notes:
-        print("notes:")
-        for note in result.notes:
-            print(f"  {note}")
+        written.append(f"wrote {policy_out}: the policy pack settings the imported stack needs{how}")
+    if args.format == "json":
+        _emit(args, json.dumps(json_report(result, written), indent=2, default=str) + "\n")
+    else:
+        _emit(args, text_report(result, written))
+    if args.report:
+        print(f"wrote {args.report}: the migration report ({args.format})")
     return EXIT_OK

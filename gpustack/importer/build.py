@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from components.config import NAMESPACE
 from gpustack.importer.clusterpolicy import OBJECT_FIELDS, _Spec, _validate_spec
@@ -14,11 +14,14 @@ from gpustack.importer.configmaps import ConfigMapsMixin
 from gpustack.importer.driver import DriverMixin
 from gpustack.importer.helm import HelmMixin, deep_merge, helm_values_as_spec
 from gpustack.importer.images import ImagesMixin
-from gpustack.importer.mapping import MappingMixin
+from gpustack.importer.ledger import WITHOUT_EFFECT, Classifier, FieldOutcome, empty, leaves, under
+from gpustack.importer.mapping import MappingMixin, table_key
 from gpustack.importer.nodes import NodePoolsMixin, _Node
+from gpustack.importer.nvidiadriver import REPLACED_REASON, REPLACED_SECTIONS, NvidiaDriver
+from gpustack.importer.nvidiadriver_pools import NvidiaDriverMixin
 from gpustack.importer.openshift import OpenShiftMixin
 from gpustack.importer.operands import OperandsMixin
-from gpustack.importer.report import ReportMixin
+from gpustack.importer.report import ReportMixin, _same_as_gpu_stack
 from gpustack.importer.shapes import check_fields, type_name
 from gpustack.importer.spec_fields import validate_helm_values, validate_spec_fields
 
@@ -28,9 +31,9 @@ SECTION_ORDER = ("cluster", "registry", "versions", "hostPaths", "driver", "upgr
 
 
 class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin, NodePoolsMixin, ConfigMapsMixin, OpenShiftMixin,
-                ReportMixin):
+                NvidiaDriverMixin, ReportMixin):
     def __init__(self, policy: dict, facts: ClusterFacts, helm_values: Optional[dict], nodes: Optional[list[_Node]],
-                 configmaps: Mapping[str, Mapping[str, str]]):
+                 configmaps: Mapping[str, Mapping[str, str]], nvidia_drivers: Sequence[NvidiaDriver] = ()):
         self.policy = policy
         self.facts = facts
         self.helm = helm_values
@@ -44,7 +47,8 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
         if helm_values is not None:
             validate_helm_values(helm_values)
         effective = deep_merge(helm_values_as_spec(helm_values), policy["spec"]) if helm_values else copy.deepcopy(policy["spec"])
-        self.spec = _Spec(effective)
+        self.explicit: dict[str, FieldOutcome] = {}  # outcomes a mapping records itself, by path
+        self.spec = _Spec(self._nvidia_driver_spec(effective, nvidia_drivers))
         _validate_spec(self.spec)
         self.config: dict[str, Any] = {}
         self.not_carried: list[NotCarried] = []
@@ -100,6 +104,7 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
         self._components()
         self._sandbox()
         self._gpudirect()
+        self._nvidia_drivers()
         self._operator_driver_names()
         self._direct()
         self._operand_fields()
@@ -107,11 +112,29 @@ class _Importer(ImagesMixin, DriverMixin, OperandsMixin, MappingMixin, HelmMixin
         self._no_effect()
         self._unread_configmaps()
         self._leftovers()
+        fields = self._ledger()
+        self._nvd_report_paths()
         ordered = {f"{NAMESPACE}:{k}": self.config[f"{NAMESPACE}:{k}"] for k in SECTION_ORDER if f"{NAMESPACE}:{k}" in self.config}
         name = (self.policy.get("metadata") or {}).get("name") or "cluster-policy"
         not_carried = sorted(self.not_carried, key=lambda item: item.path)
         no_effect = sorted(self.no_effect, key=lambda item: item.path)
-        return ImportResult(ordered, not_carried, self.notes, self.origins, source=str(name), no_effect=no_effect)
+        return ImportResult(ordered, not_carried, self.notes, self.origins, source=str(name), no_effect=no_effect, fields=fields)
+
+    def _ledger(self) -> list[FieldOutcome]:
+        """Every non-empty leaf of the inputs' specs, with what became of it: the ClusterPolicy's effective spec
+        (in NVIDIADriver mode its own driver sections, which the operator no longer read), then each NVIDIADriver."""
+        classifier = Classifier(self.not_carried, self.no_effect, self.spec.is_used, _same_as_gpu_stack, self.origins,
+                                table_key, self.explicit)
+        fields = []
+        for path, value in leaves(self.spec.data, "spec"):
+            from_objects = self.crd_mode and any(under(path, f"spec.{section}") for section in REPLACED_SECTIONS)
+            if not empty(path, value) and not from_objects:
+                fields.append(classifier.outcome(path, value))
+        for section, original in self.replaced.items():
+            for path, value in leaves(original, f"spec.{section}"):
+                if not empty(path, value):
+                    fields.append(self.explicit.get(path) or FieldOutcome(path, value, WITHOUT_EFFECT, reason=REPLACED_REASON))
+        return fields + self._nvd_ledger(classifier)
 
     def _cluster(self) -> None:
         facts = self.facts
@@ -148,6 +171,7 @@ def import_cluster_policy(
     helm_values: Optional[dict] = None,
     nodes: Optional[list[_Node]] = None,
     configmaps: Optional[Mapping[str, Mapping[str, str]]] = None,
+    nvidia_drivers: Sequence[NvidiaDriver] = (),
 ) -> ImportResult:
-    """The stack config and the not-carried report for one ClusterPolicy object."""
-    return _Importer(policy, facts, helm_values, nodes, configmaps or {}).run()
+    """The stack config and the report for one ClusterPolicy object (and the NVIDIADriver objects it uses)."""
+    return _Importer(policy, facts, helm_values, nodes, configmaps or {}, nvidia_drivers).run()

@@ -140,7 +140,7 @@ class _Spec:
                 raise ImportInputError(f"spec.{path}[{i}]: expected {{name, value}}, got {shown_input(entry)}")
             if "value" not in entry and set(entry) - {"name"}:
                 # Only a valueFrom or the like, which the CRD's EnvVar lacks: the report lists it field by field
-                # (report._leaves); carrying it as "" would set the variable empty.
+                # (ledger.leaves); carrying it as "" would set the variable empty.
                 continue
             found[entry["name"]] = entry.get("value", "")
         return found

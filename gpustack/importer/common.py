@@ -124,6 +124,8 @@ class ImportResult:
     source: str = "cluster-policy"
     # Fields without effect in the operator (a component it did not deploy, a deprecated no-op), by path.
     no_effect: list[NotCarried] = field(default_factory=list)
+    # Every leaf field of the inputs' specs with what became of it (gpustack/importer/ledger.py FieldOutcome).
+    fields: list[Any] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         return {"config": self.config}

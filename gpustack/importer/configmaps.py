@@ -10,6 +10,7 @@ from components.catalogs import catalog
 from components.catalogs import consts
 from components.catalogs import dcgm_metrics
 from components.catalogs import mig_catalog
+from components.catalogs import vgpu_catalog
 from components.config.base import DNS_SUBDOMAIN_MAX, SHOWN_MAX
 from components.kit import naming
 from gpustack.importer.common import ImportInputError, embedded_yaml, objects_of
@@ -34,6 +35,11 @@ PLUGIN_CONFIG_FIELDS: dict[str, Kind] = {
     **{f"sharing.{kind}.{field}": k for kind in ("timeSlicing", "mps") for field, k in
        (("renameByDefault", BOOLEAN), ("failRequestsGreaterThanOne", BOOLEAN), ("resources", _REPLICATED))},
 }
+# What it reads of a vGPU device manager config's entries (NVIDIA/vgpu-device-manager api/spec/v1); their values are
+# the stack's to check (gpu-stack:vgpu.configs), which names the ConfigMap as their origin.
+VGPU_DEVICES_ENTRIES = list_of(fields_of({"device-filter": STRING_OR_STRINGS, "vgpu-devices": MAPPING}, "a vgpu-devices entry"),
+                               "a list of vgpu-devices entries")
+VGPU_DEVICES_KEY = "config.yaml"  # the file CONFIG_FILE names in the operator's and gpu-stack's vGPU device manager
 MIG_PARTED_LAYOUT = list_of(fields_of({"device-filter": STRING_OR_STRINGS, "mig-enabled": BOOLEAN, "mig-devices": MAPPING},
                                       "a mig-parted entry"), "a list of mig-parted entries")
 
@@ -60,14 +66,20 @@ def configmaps_of(documents: Sequence[tuple[str, Any]]) -> dict[str, dict[str, s
 class ConfigMapsMixin:
     """Mixed into build._Importer: what the named ConfigMaps hold, and the keys no imported node uses."""
 
-    def _dcgm_metrics(self, name: str) -> None:
+    def _named_configmap(self, field: str, name: str, what: str, key: str) -> Optional[dict[str, str]]:
+        """The ConfigMap a field names, marked read; None, reported, when --configmap did not give it."""
         data = self.configmaps.get(name)
         if data is None:
-            self.report("spec.dcgmExporter.config.name", name,
-                        f"the custom metrics live in ConfigMap {name}, not in the ClusterPolicy; pass it with --configmap "
-                        "to carry them as dcgmExporter.extraMetrics")
-            return
+            self.report(f"spec.{field}", name, f"{what} live in ConfigMap {name}, not in the ClusterPolicy; pass it with "
+                                               f"--configmap to carry them as {key}")
+            return None
         self.used_configmaps.add(name)
+        return data
+
+    def _dcgm_metrics(self, name: str) -> None:
+        data = self._named_configmap("dcgmExporter.config.name", name, "the custom metrics", "dcgmExporter.extraMetrics")
+        if data is None:
+            return
         csv = data.get("dcgm-metrics.csv")
         where = f"configmap:{name}/dcgm-metrics.csv"
         if csv is None:
@@ -97,6 +109,30 @@ class ConfigMapsMixin:
         if missing:
             self.report(where, missing, "left out by the custom file, but gpu-stack always exports its default metrics "
                                         "(components/catalogs/dcgm_metrics.py), these included")
+
+    def _vgpu_devices(self) -> None:
+        """vgpuDeviceManager.config.name: the named vGPU configs of a ConfigMap of the user's, into vgpu.configs where
+        they differ from gpu-stack's built-in ones of the same name."""
+        name = self.spec.get("vgpuDeviceManager.config.name")
+        data = self._named_configmap("vgpuDeviceManager.config.name", name, "the vGPU configs", "vgpu.configs") if name else None
+        if data is None:
+            return
+        where = f"configmap {name}, key {VGPU_DEVICES_KEY}"
+        if VGPU_DEVICES_KEY not in data:
+            raise ImportInputError(f"{where}: missing; the vGPU device manager reads its configs from this key")
+        document = embedded_yaml(data[VGPU_DEVICES_KEY], where) or {}
+        if not isinstance(document, dict) or not isinstance(document.get("vgpu-configs"), dict):
+            raise ImportInputError(f"{where}: expected a vGPU device manager config with a `vgpu-configs` mapping")
+        builtin = vgpu_catalog.vgpu_configs()
+        carried: dict[str, list[dict]] = {}
+        for config, entries in document["vgpu-configs"].items():
+            check_input({"entries": entries}, {"entries": VGPU_DEVICES_ENTRIES}, f"{where}: vgpu-configs.{config}")
+            ours = [_vgpu_entry(e) for e in entries]
+            if config in builtin and ours == [_vgpu_entry(e) for e in builtin[config]]:
+                continue
+            carried[str(config)] = ours
+        if carried:
+            self.put("vgpu.configs", dict(sorted(carried.items())), origin=f"configmap:{name}/{VGPU_DEVICES_KEY}")
 
     def _plugin_config(self, key: Optional[str], where: str) -> Optional[dict]:
         name = self.spec.get("devicePlugin.config.name")
@@ -338,3 +374,13 @@ def _same_as_builtin(layout: Any, builtin: mig_catalog.Layout) -> bool:
         and bool(layout[0].get("migEnabled")) == builtin.mig_enabled
         and (layout[0].get("migDevices") or {}) == builtin.devices
     )
+
+
+def _vgpu_entry(entry: dict) -> dict:
+    """A vGPU device manager entry as gpu-stack:vgpu.configs writes it (camelCase, filters as a list)."""
+    written: dict = {"devices": entry.get("devices")}
+    filters = entry.get("device-filter")
+    if filters is not None:
+        written["deviceFilter"] = [f.upper().replace("0X", "0x") for f in ([filters] if isinstance(filters, str) else filters)]
+    written["vgpuDevices"] = dict(entry.get("vgpu-devices") or {})
+    return written

@@ -29,13 +29,11 @@ class DriverMixin:
 
     def _driver_mode(self) -> str:
         s = self.spec
+        s.use("driver.useNvidiaDriverCRD")
+        if self.crd_mode:
+            return self._nvd_driver_mode()
         if not s.get("driver.enabled"):
             return "host"
-        if s.get("driver.useNvidiaDriverCRD"):
-            self.report("spec.driver.useNvidiaDriverCRD", True,
-                        "the drivers are NVIDIADriver objects, which this importer does not read: the driver keys below come "
-                        "from the ClusterPolicy's driver section, which the operator ignores in this mode; set "
-                        "gpu-stack:driver and nodePools[].driver from the NVIDIADriver objects by hand")
         return "precompiled" if s.get("driver.usePrecompiled") else "managed"
 
     def _operator_driver_names(self) -> None:
@@ -43,8 +41,8 @@ class DriverMixin:
         `nvidia-driver-daemonset`, or one per kernel for precompiled drivers), so that adopting the running cluster
         takes over the driver pods already on the nodes instead of starting a second driver beside each."""
         driver_pools = [p for p in self.pools if p.get("workloadType", "container") == "container"]
-        if self.driver_mode == "host" or not driver_pools:
-            return
+        if self.driver_mode == "host" or not driver_pools or self.crd_mode:
+            return  # (NVIDIADriver DaemonSets are named per pool: nvidiadriver.py)
         if self.driver_mode == "managed" and self.facts.openshift_version and self.spec.peek("operator.use_ocp_driver_toolkit") is not False:
             # The operator's DTK DaemonSets are one per RHCOS build across pools; gpu-stack's are per pool and build.
             self.notes.append("OpenShift Driver Toolkit: the operator's per-build driver DaemonSets are not adopted by "

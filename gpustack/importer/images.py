@@ -35,8 +35,8 @@ IMAGE_SECTIONS: tuple[tuple[str, str, Optional[str]], ...] = (
     ("gds", "gds", "gds"),
     ("gdrcopy", "gdrcopy", "gdrcopy"),
 )
-# ClusterPolicy section -> gpu-stack operand key (gpu-stack:operands.<key>) whose pod it configures. The VFIO and
-# vGPU managers' driver-manager init containers share their manager's pod (pull secrets) but have no key of their own.
+# ClusterPolicy section -> gpu-stack operand key (gpu-stack:operands.<key>) it configures. The VFIO and vGPU managers'
+# driver-manager init containers have keys of their own and share their manager's pod (pull secrets, POD_OF).
 OPERAND_OF: dict[str, str] = {
     "driver": "driver", "driver.manager": "driverManager", "toolkit": "toolkit", "devicePlugin": "devicePlugin",
     "gfd": "gfd", "validator": "validator", "nodeStatusExporter": "nodeStatusExporter", "dcgm": "dcgm",
@@ -44,6 +44,7 @@ OPERAND_OF: dict[str, str] = {
     "kataSandboxDevicePlugin": "kataSandboxDevicePlugin", "ccManager": "ccManager",
     "vgpuDeviceManager": "vgpuDeviceManager", "vfioManager": "vfioManager", "vgpuManager": "vgpuManager",
     "gds": "gds", "gdrcopy": "gdrcopy",
+    "vfioManager.driverManager": "vfioManagerDriverManager", "vgpuManager.driverManager": "vgpuManagerDriverManager",
 }
 POD_OF = {**OPERAND_OF, "vfioManager.driverManager": "vfioManager", "vgpuManager.driverManager": "vgpuManager"}
 # The env var the operator falls back to when a section names no image at all (fact sheet §1.4).

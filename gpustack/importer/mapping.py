@@ -9,12 +9,14 @@ differential test changes each and expects the stack to change, and docs/migrati
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from components.catalogs.operand_overrides import owned_env
 from gpustack.importer.common import looks_like_credential
 from gpustack.importer.images import OPERAND_OF
+from gpustack.importer.ledger import under
 from gpustack.importer.report import _same_as_gpu_stack
 
 DEFAULT_PULL_POLICY = "IfNotPresent"
@@ -46,6 +48,8 @@ DIRECT: tuple[Carried, ...] = (
     Carried("dcgmExporter.hpcJobMapping.enabled", "dcgmExporter.hpcJobMapping.enabled", False),
     Carried("dcgmExporter.hpcJobMapping.directory", "dcgmExporter.hpcJobMapping.directory", "/var/lib/dcgm-exporter/job-mapping"),
     Carried("migManager.gpuClientsConfig.name", "migManager.gpuClientsConfig.name", "default-gpu-clients"),
+    Carried("operator.runtimeClass", "toolkit.runtimeClass", "nvidia"),
+    Carried("devicePlugin.mps.root", "devicePlugin.mpsRoot", "/run/nvidia/mps"),
 )
 
 PROBE_FIELDS = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold", "successThreshold")
@@ -55,6 +59,7 @@ DRIVER_CONFIGMAPS = (
     ("driver.repoConfig.configMapName", "driver.repoConfig", "configMapName"),
     ("driver.certConfig.name", "driver.certConfig", "name"),
     ("driver.kernelModuleConfig.name", "driver.kernelModuleConfig", "name"),
+    ("vgpuManager.kernelModuleConfig.name", "vgpu.kernelModuleConfig", "name"),
 )
 
 # Env vars of an operand that land on a key of their own rather than operands.<operand>.env.
@@ -81,6 +86,7 @@ EXPORTER_ENV = {c.path[len("dcgmExporter.env["):-1]: c for c in ENV_KEYS if c.pa
 
 BY_CODE: tuple[Carried, ...] = (
     Carried("driver.enabled", "driver.mode", by="driver"),
+    Carried("driver.useNvidiaDriverCRD", "nodePools[].driver (from the NVIDIADriver objects, --nvidiadriver)", by="nvidiadriver"),
     Carried("driver.usePrecompiled", "driver.mode", by="driver"),
     Carried("driver.kernelModuleType", "driver.kernelModuleType", by="driver"),
     Carried("driver.version", "versions.driver / driver.branch", by="images"),
@@ -88,6 +94,7 @@ BY_CODE: tuple[Carried, ...] = (
     Carried("driver.repoConfig.configMapName", "driver.repoConfig (files from --configmap)", by="mapping"),
     Carried("driver.certConfig.name", "driver.certConfig (files from --configmap)", by="mapping"),
     Carried("driver.kernelModuleConfig.name", "driver.kernelModuleConfig (files from --configmap)", by="mapping"),
+    Carried("vgpuManager.kernelModuleConfig.name", "vgpu.kernelModuleConfig (files from --configmap)", by="mapping"),
     Carried("driver.readinessProbe.initialDelaySeconds", "driver.readinessProbe.initialDelaySeconds", by="mapping"),
     Carried("driver.readinessProbe.periodSeconds", "driver.readinessProbe.periodSeconds", by="mapping"),
     Carried("driver.readinessProbe.timeoutSeconds", "driver.readinessProbe.timeoutSeconds", by="mapping"),
@@ -150,6 +157,7 @@ BY_CODE: tuple[Carried, ...] = (
     Carried("vgpuManager.image", "vgpu.managerImage", by="operands"),
     Carried("vgpuManager.version", "vgpu.managerImage", by="operands"),
     Carried("vgpuDeviceManager.config.default", "vgpu.defaultConfig", by="operands"),
+    Carried("vgpuDeviceManager.config.name", "vgpu.configs (with --configmap)", by="configmaps"),
     Carried("gds.enabled", "gpudirect.gds", by="operands"),
     Carried("gdrcopy.enabled", "gpudirect.gdrcopy", by="operands"),
 )
@@ -175,6 +183,23 @@ def carried() -> Iterator[Carried]:
         for field in OPERAND_FIELDS:
             yield Carried(f"{section}.{field}", f"operands.{operand}.{field}",
                           DEFAULT_PULL_POLICY if field == "imagePullPolicy" else None, by="mapping")
+
+
+def table_key(path: str) -> Optional[str]:
+    """The key the mapping table carries the ClusterPolicy field `path` (`spec.` included) onto, from the most
+    specific row covering it; None when no row does."""
+    rows = _table()
+    field = path[len("spec."):] if path.startswith("spec.") else path
+    best = max((p for p in rows if under(field, p)), key=len, default=None)
+    return rows[best] if best is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> dict[str, str]:
+    rows: dict[str, str] = {}
+    for row in carried():
+        rows.setdefault(row.path, row.key)
+    return rows
 
 
 class MappingMixin:

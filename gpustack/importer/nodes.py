@@ -126,7 +126,7 @@ class NodePoolsMixin:
 
     def _pools(self) -> list[dict[str, Any]]:
         if self.nodes is None:
-            return [self._single_pool()]
+            return self._nvd_pools_without_nodes() if self.crd_mode else [self._single_pool()]
         gpu_nodes = [n for n in self.nodes if n.is_gpu]
         if not gpu_nodes:
             raise ImportInputError("--nodes: no GPU node (nvidia.com/gpu.present=true or an NFD NVIDIA PCI label) in the dump")
@@ -181,8 +181,10 @@ class NodePoolsMixin:
         if os_tag is None:
             raise ImportInputError(f"--nodes: node {node.name} has no NFD OS labels ({consts.NFD_OS_ID}, "
                                    f"{consts.NFD_OS_VERSION_ID}); give the OS with --os")
-        kernel = node.labels.get(consts.NFD_KERNEL_FULL) if self.driver_mode == "precompiled" and workload == "container" else None
-        if self.driver_mode == "precompiled" and workload == "container" and not kernel:
+        owner = self._owner(node)
+        precompiled = owner.precompiled if self.crd_mode and owner is not None else not self.crd_mode and self.driver_mode == "precompiled"
+        kernel = node.labels.get(consts.NFD_KERNEL_FULL) if precompiled and workload == "container" else None
+        if precompiled and workload == "container" and not kernel:
             raise ImportInputError(f"--nodes: node {node.name} has no {consts.NFD_KERNEL_FULL} label, which precompiled drivers need")
         container = workload == "container"
         return (
@@ -194,6 +196,7 @@ class NodePoolsMixin:
             node.labels.get(consts.VGPU_CONFIG) if workload == "vm-vgpu" else None,
             kernel,
             node.labels.get(ARCH_LABEL, "amd64") if kernel else None,
+            owner.name if owner is not None else None,
         )
 
     def _group(self, nodes: list[_Node], signatures: Mapping[str, tuple]) -> list[_Group]:
@@ -202,8 +205,9 @@ class NodePoolsMixin:
         for key in self.facts.pool_labels:
             if key in AGENT_WRITTEN or key.startswith(consts.DEPLOY_PREFIX):
                 raise ImportInputError(f"--pool-label {key}: the gpu-stack node agent writes this label, so pools cannot select by it")
-        candidates = [*self.facts.pool_labels, INSTANCE_TYPE, consts.NFD_OS_ID, consts.NFD_OS_VERSION_ID]
-        if self.driver_mode == "precompiled":
+        owner_labels = self._nvd_candidates() if self.crd_mode else []
+        candidates = [*self.facts.pool_labels, *owner_labels, INSTANCE_TYPE, consts.NFD_OS_ID, consts.NFD_OS_VERSION_ID]
+        if self.driver_mode == "precompiled" or any(s[6] for s in signatures.values()):
             candidates.append(consts.NFD_KERNEL_FULL)
         usable = [k for k in dict.fromkeys(candidates) if all(k in n.labels for n in nodes)]
 
@@ -245,21 +249,26 @@ class NodePoolsMixin:
         if self.facts.os is None:
             raise ImportInputError("--os is required without --nodes (the driver image tag carries the OS, e.g. ubuntu22.04)")
         workload = self.default_workload if self.sandbox else "container"
-        if (workload == "container" and catalog.GPU_MODELS[default[0]].mig_capable and self.spec.get("migManager.enabled")
-                and (self.mig_strategy in ("single", "mixed") or self.spec.get("migManager.config.default") == "")):
-            why = (f"mig.strategy {self.mig_strategy}" if self.mig_strategy != "none" else "an empty migManager.config.default")
-            raise ImportInputError(
-                f"{why} on {default[0]} nodes: pass --nodes, whose {consts.MIG_CONFIG} labels say "
-                "which MIG layout each node runs. Without them the pool would have no MIG layout, and gpu-stack labels "
-                "the MIG-capable nodes of such a pool all-disabled, which wipes their MIG partitions")
+        self._refuse_mig_without_nodes(default[0], workload)
         self.notes.append("without --nodes: one pool with an empty nodeSelector serves every GPU node; node labels "
                           "(nvidia.com/mig.config, nvidia.com/device-plugin.config, nvidia.com/gpu.workload.config) were not read")
         plugin_key = self.spec.peek("devicePlugin.config.default") or None
-        signature = (default[0], self.facts.os, workload, None, plugin_key, None, None, None)
+        signature = (default[0], self.facts.os, workload, None, plugin_key, None, None, None, None)
         return self._pool(_Group(signature, {}, []))
 
+    def _refuse_mig_without_nodes(self, model: str, workload: str) -> None:
+        """Without --nodes a MIG-capable pool gets no layout, and gpu-stack labels such nodes all-disabled: stop
+        where the operator may have left them partitioned."""
+        if (workload == "container" and catalog.GPU_MODELS[model].mig_capable and self.spec.get("migManager.enabled")
+                and (self.mig_strategy in ("single", "mixed") or self.spec.get("migManager.config.default") == "")):
+            why = (f"mig.strategy {self.mig_strategy}" if self.mig_strategy != "none" else "an empty migManager.config.default")
+            raise ImportInputError(
+                f"{why} on {model} nodes: pass --nodes, whose {consts.MIG_CONFIG} labels say "
+                "which MIG layout each node runs. Without them the pool would have no MIG layout, and gpu-stack labels "
+                "the MIG-capable nodes of such a pool all-disabled, which wipes their MIG partitions")
+
     def _pool(self, group: _Group) -> dict[str, Any]:
-        model, os_tag, workload, mig_label, plugin_label, vgpu_label, kernel, arch = group.signature
+        model, os_tag, workload, mig_label, plugin_label, vgpu_label, kernel, arch, owner = group.signature
         nodes = ", ".join(n.name for n in group.nodes) or "every GPU node"
         name = _slug(model)
         if workload != "container":
@@ -277,6 +286,9 @@ class NodePoolsMixin:
             sharing = self._sharing(model, mig_label, plugin_label, group)
             if sharing:
                 pool["sharing"] = sharing
+        if self.crd_mode:
+            driver = next((d for d in self.nvidia_drivers if d.name == owner), None)
+            self._nvd_pool_driver(pool, driver, os_tag, kernel)
         return pool
 
     def _node_image(self, kernel: str, os_tag: str, arch: str, nodes: str) -> str:

@@ -211,6 +211,7 @@ class OperandsMixin:
         if needed["vgpuManager"]:
             self._vgpu_manager()
         if needed["vgpuDeviceManager"]:
+            self._vgpu_devices()
             default = s.get("vgpuDeviceManager.config.default")
             if default:
                 self.put("vgpu.defaultConfig", default, origin="spec.vgpuDeviceManager.config.default")

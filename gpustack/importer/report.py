@@ -5,23 +5,24 @@ only fields left out are those whose exact value is what gpu-stack renders anywa
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Iterator
+from typing import Any
 
 from gpustack.importer.common import NotCarried
+from gpustack.importer.ledger import empty, leaves
 
 # Exact values gpu-stack renders without a key: such fields are carried as they are. A rule here matches one value,
 # never every value of a field (a field gpu-stack has no key for is reported whatever it holds).
 SAME_AS_GPU_STACK: tuple[tuple[str, Any], ...] = (
     ("spec.*.hostNetwork", False),
-    ("spec.*.driverManager.imagePullPolicy", "IfNotPresent"),
-    ("spec.operator.runtimeClass", "nvidia"),
     ("spec.operator.use_ocp_driver_toolkit", False),
-    ("spec.devicePlugin.mps.root", "/run/nvidia/mps"),
     ("spec.cdi.nriPluginEnabled", False),
     ("spec.dcgmExporter.service.type", "ClusterIP"),
     ("spec.toolkit.env[CONTAINERD_RUNTIME_CLASS]", "nvidia"),
     ("spec.psa.enabled", True),
     ("spec.driver.startupProbe.successThreshold", 1),
+    # A VM operand switched on: gpu-stack deploys it on the pools whose workload type needs it.
+    *((f"spec.{section}.enabled", True) for section in ("vfioManager", "vgpuManager", "vgpuDeviceManager",
+                                                        "sandboxDevicePlugin", "kataSandboxDevicePlugin")),
 )
 # Fields the operator ignores: reported as without effect when they hold anything.
 DEPRECATED: tuple[tuple[str, str], ...] = (
@@ -38,9 +39,7 @@ REASONS: tuple[tuple[str, str], ...] = (
                                      "validation workload from the validator image and has no key for another"),
     ("spec.operator.use_ocp_driver_toolkit", "OpenShift's Driver Toolkit: carried into cluster.openshift.driverToolkit "
                                              "when the cluster is OpenShift; pass --openshift-version (and --imagestream)"),
-    ("spec.operator.runtimeClass", "gpu-stack names the runtime class `nvidia` (components/states/prerequisites.py) and has no key to rename it"),
     ("spec.operator.*", "gpu-stack runs no operator controller, so there is no operator Deployment or metrics endpoint to configure"),
-    ("spec.vgpuManager.kernelModuleConfig*", "gpu-stack mounts no kernel-module parameter ConfigMap into the vGPU manager"),
     # NVIDIA's driver container has no liveness probe: the operator's setContainerProbe tunes an existing probe
     # only, so these timings never took effect there, and carrying them would turn on a probe that restarts the
     # driver under GPU work, which the cluster never had.
@@ -48,7 +47,6 @@ REASONS: tuple[tuple[str, str], ...] = (
                                    "these timings; set driver.livenessProbe in the stack to have gpu-stack add one"),
     ("spec.driver.*Probe*", "gpu-stack's driver probe keys are initialDelaySeconds, periodSeconds, timeoutSeconds, failureThreshold (and successThreshold for readiness)"),
     ("spec.validator.*.env[*]", "the validator's per-check env: gpu-stack exposes WITH_WORKLOAD (validator.pluginWorkload) only"),
-    ("spec.*.driverManager.*", "the k8s-driver-manager init container of the VFIO/vGPU manager: gpu-stack has no per-operand key for it"),
     ("spec.*.hostNetwork", "gpu-stack has a hostNetwork key for the driver and the DCGM exporter only"),
     ("spec.daemonsets.podSecurityContext*", "gpu-stack has no key for a pod security context; each operand keeps its asset's"),
     ("spec.daemonsets.labels.*", "set by the operator's Helm chart to mark the operands it manages; gpu-stack's objects are not the chart's"),
@@ -56,40 +54,12 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("spec.dcgmExporter.serviceMonitor.*", "gpu-stack's ServiceMonitor settings are interval, scrapeTimeout, honorLabels, "
                                            "additionalLabels and relabelings only"),
     ("spec.dcgmExporter.service.type", "gpu-stack renders the DCGM exporter Service as ClusterIP"),
-    ("spec.vgpuDeviceManager.config.name", "a custom vGPU devices ConfigMap is not read; gpu-stack renders default-vgpu-devices-config"),
     ("spec.psa.enabled", "gpu-stack labels its namespace pod-security privileged whatever this says"),
     ("spec.cdi.nriPluginEnabled", "gpu-stack has no NRI plugin mode (fact sheet §8.2): CDI goes through the runtime's config"),
     ("spec.*.env[*].*", "the ClusterPolicy's env entries are {name, value} (the CRD has no valueFrom, the operator never "
                         "saw it): not carried; the driver reads a Secret with driver.secretEnv"),
     ("spec.*.env[*]", "gpu-stack owns this variable for this operand (it derives it from its own keys)"),
 )
-
-
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        for key, inner in value.items():
-            yield from _leaves(inner, f"{path}.{key}")
-    elif isinstance(value, list) and path.endswith(".env"):
-        for i, entry in enumerate(value):
-            name = entry.get("name") if isinstance(entry, dict) else None
-            if not name:
-                yield f"{path}[{i}]", entry
-                continue
-            # An env entry is a leaf even when its value is empty: setting a variable to "" is a setting.
-            if "value" in entry or set(entry) == {"name"}:
-                yield f"{path}[{name}]", entry.get("value", "")
-            # Fields the CRD's EnvVar lacks (valueFrom): reported, never dropped with the entry.
-            for key in sorted(set(entry) - {"name", "value"}):
-                yield from _leaves(entry[key], f"{path}[{name}].{key}")
-    else:
-        yield path, value
-
-
-def _empty(path: str, value: Any) -> bool:
-    """An unset field: Go's omitempty drops these, so the operator cannot tell them from an absent field."""
-    if path.endswith("]"):
-        return False
-    return value is None or value == "" or value == [] or value == {}
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -124,8 +94,8 @@ class ReportMixin:
 
     def _leftovers(self) -> None:
         moot_seen: set[str] = set()
-        for path, value in _leaves(self.spec.data, "spec"):
-            if _empty(path, value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
+        for path, value in leaves(self.spec.data, "spec"):
+            if empty(path, value) or self.spec.is_used(path) or _same_as_gpu_stack(path, value):
                 continue
             moot = self.spec.moot_of(path)
             if moot is None:
@@ -136,5 +106,5 @@ class ReportMixin:
                 subtree = _subtree(self.spec.data, moot)
                 if isinstance(subtree, dict):
                     # The fields it set, by name: their values had no effect, and a whole section is too long a line.
-                    subtree = [p[len(moot) + 1:] for p, v in _leaves(subtree, moot) if not _empty(p, v)]
+                    subtree = [p[len(moot) + 1:] for p, v in leaves(subtree, moot) if not empty(p, v)]
                 self.no_effect.append(NotCarried(moot, subtree, self.spec.moot[moot]))

@@ -11,6 +11,7 @@ import yaml
 from components.config import ConfigError, StackConfig, load_config, stack_file_config
 from components.config.monitoring import DEFAULT_JOB_MAPPING_DIR
 from gpustack.importer.common import ImportResult
+from gpustack.importer.output import count_line, per_source
 
 
 def validate(result: ImportResult) -> StackConfig:
@@ -35,10 +36,9 @@ def _origin(path: str, origins: Mapping[str, str]) -> Optional[str]:
 
 
 def stack_yaml(result: ImportResult, command: str) -> str:
-    lines = [
-        f"# Imported from ClusterPolicy {result.source} by `{command}`.",
-        "# Review before `pulumi up`; not carried over from the operator's configuration:",
-    ]
+    lines = [f"# Imported from ClusterPolicy {result.source} by `{command}`."]
+    lines += [f"# {count_line(source, found)}" for source, found in per_source(result)]
+    lines.append("# Review before `pulumi up`; not carried over from the operator's configuration:")
     # One comment line per item: a newline inside a value would end the comment and start YAML.
     lines += [f"#   {' '.join(item.render().splitlines())}" for item in result.not_carried] or ["#   (nothing)"]
     if result.no_effect:

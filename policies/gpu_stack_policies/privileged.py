@@ -77,10 +77,13 @@ VGPU_MANAGER = _allow(
 )
 
 # Workload name (glob) -> allowance. Driver DaemonSets are one per kernel or wave in precompiled and multi-wave
-# stacks, all named after `nvidia-driver-daemonset`.
+# stacks, all named after `nvidia-driver-daemonset`, or, adopted from NVIDIADriver objects, under the names the
+# operator gave them (`nvidia-<gpu|vgpu>-driver-<os>-<hash>`, the same asset).
 ALLOWANCES: dict[str, Allowance] = {
     "nvidia-driver-daemonset": DRIVER,
     "nvidia-driver-daemonset-*": DRIVER,
+    "nvidia-gpu-driver-*": DRIVER,
+    "nvidia-vgpu-driver-*": DRIVER,
     "nvidia-container-toolkit-daemonset": _allow(
         {"driver-validation", "nvidia-container-toolkit-ctr"},
         {
@@ -273,6 +276,23 @@ def _toolkit_install_dir(path: str, spec: Mapping, containers: list) -> Optional
     return _told(containers, "ROOT", path, only=(TOOLKIT_CONTAINER,))
 
 
+def _mps_root(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    # devicePlugin.mpsRoot: the plugin hands MPS clients the host path it is told, so it must be told this one.
+    system = _system_dir(path)
+    if not _normalised(path) or system or path == "/":
+        return f"which is {'inside ' + system if system else 'not a normalised absolute directory'}"
+    if not any("MPS_ROOT" in c.env for c in containers):
+        return None  # the MPS daemon mounts it and is told nothing
+    return _told(containers, "MPS_ROOT", path)
+
+
+def _mps_shm(path: str, spec: Mapping, containers: list) -> Optional[str]:
+    root = _volume_path(spec, "mps-root")
+    if root is None or path != f"{root}/shm":
+        return f"but it must be <mps-root>/shm (mps-root mounts {root or 'nothing'})"
+    return None
+
+
 def _host_mofed(path: str, spec: Mapping, containers: list) -> Optional[str]:
     if path != consts.HOST_USR_SRC:
         return f"but a host MOFED keeps its sources in {consts.HOST_USR_SRC}"
@@ -305,6 +325,8 @@ MOVABLE: dict[str, Movable] = {
     "crio-config": Movable("/etc/crio", _runtime_dir, "toolkit.runtimeConfig"),
     "crio-drop-in-config": Movable("/etc/crio/crio.conf.d", _drop_in_dir, "toolkit.runtimeDropInConfig"),
     "toolkit-install-dir": Movable("/usr/local/nvidia", _toolkit_install_dir, "toolkit.installDir"),
+    "mps-root": Movable("/run/nvidia/mps", _mps_root, "devicePlugin.mpsRoot"),
+    "mps-shm": Movable("/run/nvidia/mps/shm", _mps_shm, "devicePlugin.mpsRoot"),
     consts.MOFED_USR_SRC_VOLUME: Movable(consts.MOFED_CONTAINER_USR_SRC, _host_mofed, "gpudirect.rdma.useHostMofed"),
 }
 

@@ -7,6 +7,7 @@ then `loader`, which runs them. No model module imports a rule or StackConfig.
 
 from __future__ import annotations
 
+from components.catalogs import consts
 from components.config.base import DIGEST, NAMESPACE
 from components.config.rules.dra import dra_checks
 from components.config.rules.driver_extensions import driver_extension_checks
@@ -18,6 +19,7 @@ from components.config.rules.openshift import openshift_checks
 from components.config.rules.overrides import operand_checks
 from components.config.rules.sharing import mig_layout_checks, sharing_checks
 from components.config.rules.upgrade import upgrade_checks
+from components.config.rules.vm import vgpu_manager_checks
 from components.config.stack import StackConfig
 
 
@@ -63,6 +65,11 @@ def cross_key_problems(cfg: StackConfig) -> list[tuple[str, str]]:
     problems += driver_daemonset_checks(cfg)
     problems += openshift_checks(cfg)
     problems += driver_extension_checks(cfg)
+    problems += vgpu_manager_checks(cfg)
+    if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_class != consts.DEFAULT_RUNTIME_CLASS:
+        problems.append((f"{NAMESPACE}:toolkit.runtimeClass", f"on cri-o the toolkit names its runtime handler "
+                         f"{consts.DEFAULT_RUNTIME_CLASS!r}, so a RuntimeClass of another name would have no handler; "
+                         f"keep {consts.DEFAULT_RUNTIME_CLASS!r} (or remove the key)"))
     if cfg.cluster.container_runtime == "cri-o" and cfg.toolkit.runtime_socket is not None:
         problems.append((f"{NAMESPACE}:toolkit.runtimeSocket", "cri-o is configured without a socket; remove this key"))
     needs_agent = cfg.components.node_labeler or cfg.validation.mode != "off"

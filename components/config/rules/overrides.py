@@ -41,6 +41,8 @@ def deployed_operands(cfg: "StackConfig") -> set[str]:
         "gdrcopy": driver and cfg.gpudirect.gdrcopy,
         "peermem": driver and cfg.gpudirect.rdma.enabled,
         "draDriver": bool(cfg.dra_pools),
+        "vfioManagerDriverManager": passthrough,
+        "vgpuManagerDriverManager": vgpu,
     }
     return {key for key, on in wanted.items() if on}
 

@@ -69,6 +69,9 @@ MIG_MANAGER_DEPLOY_COMPONENT = "mig-manager"
 # The host GPU clients the MIG manager stops around a reconfiguration: NVIDIA's ConfigMap, which the operator (and
 # gpu-stack) renders unless migManager.gpuClientsConfig names another (fact sheet §11).
 MIG_DEFAULT_GPU_CLIENTS = "default-gpu-clients"
+# The RuntimeClass (name and handler) operands run under, ClusterPolicy's operator.runtimeClass default.
+DEFAULT_RUNTIME_CLASS = "nvidia"
+CDI_RUNTIME_CLASSES = ("nvidia-cdi", "nvidia-legacy")
 # With sandboxWorkloads.mode kata, vm-passthrough nodes take Kata's sandbox device plugin in place of KubeVirt's
 # (GO:controllers/state_manager.go, fact sheet §7).
 KATA_DEPLOY_SUBSTITUTES: dict[str, str] = {"sandbox-device-plugin": "kata-sandbox-device-plugin"}
@@ -121,6 +124,8 @@ DRIVER_INSTALL_DIR = "/run/nvidia/driver"
 HOST_DRIVER_ROOT = "/"
 CDI_SPEC_DIR = "/var/run/cdi"
 RUN_NVIDIA = "/run/nvidia"
+# The MPS control daemon's root on the host (pipes, logs; its shm below), ClusterPolicy devicePlugin.mps.root.
+DEFAULT_MPS_ROOT = "/run/nvidia/mps"
 
 # Host paths a distribution may move, and the operand volumes NVIDIA's `preProcessDaemonSet` rewrites for them
 # by name (GO:controllers/object_controls.go `transformForHostRoot`, `transformForDriverInstallDir`): the policy
