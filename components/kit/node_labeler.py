@@ -39,6 +39,7 @@ from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_o
 from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
 from components.config import NodePool, Upgrade
+from components.config.keys import json_text
 
 NAME = "gpu-stack-node-labeler"
 CONFIGMAP = "gpu-stack-node-pools"
@@ -258,7 +259,7 @@ class NodeLabeler(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),
-            data={CONFIG_KEY: json.dumps(document, indent=2, sort_keys=True)},
+            data={CONFIG_KEY: json_text(document, indent=2, sort_keys=True)},
             opts=child,
         )
         agent = ContainerArgs(
