@@ -21,7 +21,7 @@ from typing import Optional
 from components.catalogs import catalog
 from components.catalogs import operand_overrides as operand_targets
 from components.config.base import _Model
-from components.config.keys import derived
+from components.config.keys import composed, derived
 from components.config.overrides import OperandOverride
 from components.config.stack import StackConfig
 
@@ -31,14 +31,14 @@ Parts = tuple[str, str, str]  # repository, image name, version
 def image_path(repository: str, image: str, version: str) -> str:
     """The operator's ImagePath: repository/image:version, or repository/image@version for a sha256 digest."""
     separator = "@" if version.startswith("sha256:") else ":"
-    return derived(f"{repository}/{image}{separator}{version}", version, image, repository)
+    return composed(f"{repository}/{image}{separator}{version}", version=version, name=image, repository=repository)
 
 
 def os_tagged(repository: str, version: str, os_tag: str) -> str:
     """The driver's (and the GPUDirect sidecars') reference on one OS (resolveDriverTag): a digest already names one
     image; a tag gets the OS suffix."""
     reference = f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
-    return derived(reference, version, repository, os_tag)
+    return composed(reference, version=version, repository=repository, os=os_tag)
 
 
 def catalog_version(versions: _Model, image: str) -> str:
@@ -140,7 +140,7 @@ def resolve_images(cfg: StackConfig) -> Images:
 
     driver_repository, driver_image, _ = parts(cfg, "driver")
     return Images(
-        driver_repository=derived(f"{driver_repository}/{driver_image}", driver_image, driver_repository),
+        driver_repository=derived(f"{driver_repository}/{driver_image}", driver_repository, driver_image),
         driver_manager=ref("driverManager"),
         toolkit=ref("toolkit"),
         device_plugin=ref("devicePlugin"),
@@ -161,4 +161,4 @@ def resolve_images(cfg: StackConfig) -> Images:
 def sidecar_parts(cfg: StackConfig, component: str) -> tuple[str, str]:
     """A GPUDirect sidecar's repository and version; the node's OS tag is appended per driver DaemonSet."""
     repository, name, version = parts(cfg, component)
-    return derived(f"{repository}/{name}", name, repository), version
+    return derived(f"{repository}/{name}", repository, name), version

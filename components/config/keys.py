@@ -87,6 +87,19 @@ def derived(value: Any, *sources: Any) -> Any:
     return keyed(value, chosen.key, chosen.written) if chosen is not None else value
 
 
+def composed(text: str, **parts: Any) -> str:
+    """`text` joined from named parts (an image reference from its repository, name and version): tagged as a whole
+    as `derived` tags it, and with the key of each tagged part at `#/<part>` (a finding about the registry of an
+    image lands on the key that set the registry)."""
+    whole = derived(text, *parts.values())
+    inner = {f"/{name}": (part.key, part.written) for name, part in parts.items() if isinstance(part, Keyed)}
+    if not inner:
+        return whole
+    result = KeyedText(text)
+    result.key, result.written, result.inner = whole.key, whole.written, inner
+    return result
+
+
 # --- the keys of models --------------------------------------------------------------------------------------
 
 # id(model) -> (a weak reference to it, its key path, whether the stack file wrote it)
