@@ -61,7 +61,7 @@ def example() -> str:
     report = diff_report.report(STACK, BASE_REF, SHOWN_FILE, plan, base.recording, head.recording, [])
     comment = diff_report.markdown(report, head.recording)
     lines = KeyLines.of_text(text)
-    found = findings.from_check(STACK, head.recording, head.problems, head.refused, head.violations, lines.pools)
+    found = findings.from_check(STACK, head.recording, head.problems, head.refused, head.violations)
     log = sarif.log([(f, STACK_FILE, lines) for f in found])
     run = log["runs"][0]
     used = {r["ruleId"] for r in run["results"]}

@@ -19,6 +19,7 @@ from sarif.operations import codeclimate_op
 import gpustack.__main__ as cli
 from gpustack import ci_examples, findings, sarif
 from gpustack.keylines import KeyLines
+from gpustack.sourcemap import Cause
 from stacktest import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu-stack.yml"
@@ -143,7 +144,7 @@ def test_gitlab_reads_the_sarif_log_as_code_quality(tmp_path):
     path = ROOT / "stacks" / "Pulumi.prod-managed.yaml"
     lines = KeyLines.of_file(path)
     finding = findings.Finding("policy/upgrade-safety", "error", "budget too wide", "prod-managed",
-                               keys=("gpu-stack:upgrade.maxUnavailable",))
+                               cause=Cause("gpu-stack:upgrade.maxUnavailable"))
     log_path = tmp_path / "gpustack.sarif"
     log_path.write_text(json.dumps(sarif.log([(finding, path, lines)])))
     out = tmp_path / "gl-code-quality.json"
