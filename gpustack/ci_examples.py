@@ -15,9 +15,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from gpustack import changes, checking, diff_report, findings, generated, sarif
+from gpustack import causes, changes, checking, diff_report, findings, generated, sarif
 from gpustack.keylines import KeyLines
 from gpustack.mockrun import PROJECT_DIR
+from node_images.inputfiles import load_yaml_text
 
 CI_PAGE = PROJECT_DIR / "docs" / "ci.md"
 STACK = "prod-managed"
@@ -48,6 +49,10 @@ def _checked(text: str, folder: Path) -> checking.Checked:
     return checking.check_one(str(path), argparse.Namespace(preview=False, policy_config=None))
 
 
+def _config(text: str) -> dict:
+    return dict(load_yaml_text(text, SHOWN_FILE).get("config") or {})
+
+
 def _diff_lines(before: str, after: str) -> list[str]:
     return [line.rstrip("\n") for line in difflib.unified_diff(
         before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{SHOWN_FILE}", f"b/{SHOWN_FILE}", n=1)]
@@ -58,7 +63,8 @@ def example() -> str:
     with tempfile.TemporaryDirectory() as folder:
         base, head = _checked(STACK_FILE.read_text(encoding="utf-8"), Path(folder)), _checked(text, Path(folder))
     plan = changes.plan(base.recording, head.recording)
-    report = diff_report.report(STACK, BASE_REF, SHOWN_FILE, plan, base.recording, head.recording, [])
+    keys = causes.because(plan, base.recording, head.recording, _config(STACK_FILE.read_text(encoding="utf-8")), _config(text))
+    report = diff_report.report(STACK, BASE_REF, SHOWN_FILE, plan, base.recording, head.recording, [], because=keys)
     comment = diff_report.markdown(report, head.recording)
     lines = KeyLines.of_text(text)
     found = findings.from_check(STACK, head.recording, head.problems, head.refused, head.violations)
