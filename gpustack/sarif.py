@@ -16,7 +16,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from gpustack import __version__
 from gpustack.apiserver.engine import RULES as API_RULES
@@ -103,13 +103,14 @@ def rules() -> list[dict[str, Any]]:
     return found + [_policy_rule(policy) for policy in pack_policies()]
 
 
-def information_uri() -> str:
+def information_uri(environ: Optional[Mapping[str, str]] = None) -> str:
     """Where a reader of the log learns about the tool: docs/ci.md in the repository on the review host that runs the
     check (GitHub's and GitLab's CI variables name it), else that page in this checkout."""
-    server, repository = os.environ.get("GITHUB_SERVER_URL", ""), os.environ.get("GITHUB_REPOSITORY", "")
+    environ = os.environ if environ is None else environ
+    server, repository = environ.get("GITHUB_SERVER_URL", ""), environ.get("GITHUB_REPOSITORY", "")
     if server.startswith("https://") and repository.count("/") == 1:
         return f"{server}/{repository}/blob/HEAD/{DOCS['ci']}"
-    project = os.environ.get("CI_PROJECT_URL", "")
+    project = environ.get("CI_PROJECT_URL", "")
     if project.startswith("https://"):
         return f"{project}/-/blob/HEAD/{DOCS['ci']}"
     return (PROJECT_DIR / DOCS["ci"]).resolve().as_uri()
@@ -218,8 +219,9 @@ def grouped(placed: Sequence[Placed]) -> list[list[Placed]]:
     return list(groups.values())
 
 
-def log(findings: Sequence[tuple[Finding, Path, Optional[KeyLines]]]) -> dict[str, Any]:
-    """One SARIF log: (finding, its stack file, that file's key positions or None when it does not parse)."""
+def log(findings: Sequence[tuple[Finding, Path, Optional[KeyLines]]], *, environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+    """One SARIF log: (finding, its stack file, that file's key positions or None when it does not parse); `environ`
+    (default: this process's) names the repository informationUri points into."""
     catalog = rules()
     rule_index = {rule["id"]: i for i, rule in enumerate(catalog)}
     placed = [place(f, path, lines) for f, path, lines in findings]
@@ -227,7 +229,7 @@ def log(findings: Sequence[tuple[Finding, Path, Optional[KeyLines]]]) -> dict[st
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
         "runs": [{
-            "tool": {"driver": {"name": TOOL_NAME, "version": __version__, "informationUri": information_uri(), "rules": catalog}},
+            "tool": {"driver": {"name": TOOL_NAME, "version": __version__, "informationUri": information_uri(environ), "rules": catalog}},
             "columnKind": "unicodeCodePoints",
             "results": [result(group, rule_index) for group in grouped(placed)],
         }],
