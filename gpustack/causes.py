@@ -79,8 +79,9 @@ def keys_behind(change: Change, before: Recording, after: Recording) -> list[str
         return []
     sources, ident = SourceMap(side.sources), _ident(registration)
     if change.action in (CREATE, DELETE):
+        # what its fields come from, then what decides it (a pool added whole names only the pool)
         decider = sources.decider(ident)
-        return [decider] if decider else []
+        return list(dict.fromkeys([*sources.fields(ident).values(), *([decider] if decider else [])]))
     old = next((r for r in before.registrations if r.urn == change.urn or r.urn in registration.aliases), None)
     if old is None:
         return []
