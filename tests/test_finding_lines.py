@@ -44,7 +44,7 @@ from findinglines import (
     region,
     schema_key,
 )
-from stacktest import ROOT, STACKS, per_stack, render_stack
+from stacktest import REPRESENTATIVE, ROOT, STACKS, render_stack
 
 OPERANDS = sorted(STACK_SCHEMA["properties"]["config"]["properties"]["gpu-stack:operands"]["properties"])
 # operands whose image another key sets (vgpu.managerImage; peermem runs from the driver's image)
@@ -239,8 +239,10 @@ def _regions(result: dict[str, Any]) -> tuple[int, int, int, int]:
     return region_["startLine"], region_["startColumn"], region_["endLine"], region_["endColumn"]
 
 
-# Every batch on prod-managed and dev in make test; every stack in make test-all.
-CASES = [pytest.param(stack, batch, marks=() if stack in ("prod-managed", "dev") else pytest.mark.matrix, id=f"{stack}-{batch}")
+# Every batch on prod-managed and the first on dev (the extraVolumes host path of the issue) in make test; every
+# batch on every stack in make test-all.
+IN_MAKE_TEST = {("prod-managed", 0), ("prod-managed", 1), ("prod-managed", 2), ("dev", 0)}
+CASES = [pytest.param(stack, batch, marks=() if (stack, batch) in IN_MAKE_TEST else pytest.mark.matrix, id=f"{stack}-{batch}")
          for stack in STACKS for batch in range(len(BATCHES))]
 
 
@@ -344,19 +346,25 @@ def _edited(key: str, edited: set[str]) -> bool:
     return any(key == e or key.startswith((e + ".", e + "[", e + "{")) for e in edited)
 
 
-def test_every_key_that_sets_a_field_is_edited_or_cannot_cause_a_finding():
-    found = keys_setting_fields(STACKS)
+# The representative stacks (already rendered by other tests) in make test; every stack in make test-all.
+@pytest.mark.parametrize("stacks", [pytest.param(REPRESENTATIVE, id="representative"),
+                                    pytest.param(tuple(STACKS), id="every-stack", marks=pytest.mark.matrix)])
+def test_every_key_that_sets_a_field_is_edited_or_cannot_cause_a_finding(stacks):
+    found = keys_setting_fields(stacks)
     edited = {edit.key for edit in EDITS}
     assert sorted(k for k in found if not _edited(k, edited) and k not in UNREACHABLE) == []
     assert sorted(k for k in UNREACHABLE if _edited(k, edited)) == []
+    if len(stacks) == len(STACKS):
+        # a key named here that no shipped stack's render sets any more is a stale entry (the families written for
+        # every operand and every version are left out: not every one is deployed by a shipped stack)
+        assert sorted(k for k in UNREACHABLE if k not in found and not k.startswith(("gpu-stack:operands.", "gpu-stack:versions."))) == []
     # every key named is one of the schema's
     assert sorted(k for k in [*UNREACHABLE, *edited] if schema_key(k.replace("[]", "[0]").replace("{}", ".x")) is None) == []
 
 
 def test_every_edit_applies_to_a_shipped_stack():
-    unused = []
-    for edit in EDITS:
-        if not any(edit.make(load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"], _loaded(stack), stack)
-                   for stack in STACKS):
-            unused.append(edit.key)
-    assert unused == [], "edits no shipped stack takes: name a stack that can, or drop them"
+    taken: set[str] = set()
+    for stack in STACKS:
+        config = load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+        taken |= {edit.key for edit in EDITS if edit.make(config, _loaded(stack), stack) is not None}
+    assert sorted({edit.key for edit in EDITS} - taken) == [], "edits no shipped stack takes: name a stack that can, or drop them"

@@ -55,6 +55,11 @@ _TAGGED: dict[type, type] = {str: KeyedStr, int: KeyedInt, float: KeyedFloat}
 
 def keyed(value: Any, key: str, written: bool = True) -> Any:
     """`value` tagged with `key`; a value that cannot carry a tag (None, a bool, a container) is returned as is."""
+    exact = _TAGGED.get(type(value))
+    if exact is not None:
+        result = exact(value)
+        result.key, result.written = key, written
+        return result
     for plain, tagged in _TAGGED.items():
         if isinstance(value, plain) and not isinstance(value, bool):
             result = tagged(value)
