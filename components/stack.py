@@ -15,7 +15,8 @@ import pulumi_kubernetes as k8s
 
 from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
-from components.kit import sharing
+from components.kit import sharing, sources
+from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
 from components.kit.driver_targets import ValidatedFiles, plan_targets, targets_of_pool
@@ -61,7 +62,9 @@ ADDED_KEYS = (
 
 
 def stack_digest(cfg: StackConfig) -> str:
-    dumped = cfg.model_dump(mode="json", by_alias=True)
+    # warnings off: a tagged number inside the union of a MIG layout (components/config/keys.py) makes pydantic-core
+    # warn while it writes the same value
+    dumped = cfg.model_dump(mode="json", by_alias=True, warnings=False)
     for (section, key), default in ADDED_KEYS:
         if dumped[section].get(key, default) == default:
             dumped[section].pop(key, None)
@@ -74,6 +77,10 @@ class GpuStack(VmStates, pulumi.ComponentResource):
     states: dict[str, pulumi.ComponentResource]
 
     def __init__(self, name: str, cfg: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
+        # The source map of this render (components/kit/sources.py): recorded as every object below is built, never
+        # changing one.
+        self.sources = sources.start()
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transformations=[sources.record]))
         super().__init__("gpu-stack:index:GpuStack", name, None, opts)
         self._cfg = cfg
         self._stack = pulumi.get_stack()
@@ -121,7 +128,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         }
         previous: list[pulumi.Resource] = []
         for state in STATE_ORDER:
-            component = builders[state.name](previous)
+            with sources.scope():
+                component = builders[state.name](previous)
             if component is not None:
                 self.states[state.name] = component
                 # A state waits for the one before it, except for what that one leaves to later states
@@ -154,7 +162,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _nfd(self, after: list[pulumi.Resource]) -> Optional[NodeFeatureDiscovery]:
         cfg = self._cfg
-        deploy = cfg.components.nfd and cfg.nfd.mode == "deploy"
+        deploy = decides(cfg.components, "nfd") and cfg.nfd.mode == "deploy"
         # Without NFD in the cluster (`components.nfd: false`) there is no NodeFeatureRule kind to create.
         kernel_module_labels = cfg.components.nfd and bool(cfg.gpudirect.validated_components)
         if not (deploy or kernel_module_labels):
@@ -174,7 +182,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _node_labeling(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
         cfg = self._cfg
-        if not cfg.components.node_labeler:
+        if not decides(cfg.components, "node_labeler"):
             return None
         assert cfg.node_agent.image is not None  # load_config guarantees it
         return NodeLabeler(
@@ -219,6 +227,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             ops=self._ops,
             planned=self._driver_daemonsets,
             waits_for=waits_for,
+            pools={p.name: p for p in self._cfg.node_pools},
+            upgrade=self._cfg.upgrade,
             depends_on=after,
             opts=self._opts(),
         )
@@ -228,6 +238,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         driver = self.states.get("state-driver")
         if not self._gates or not isinstance(driver, Driver):
             return None
+        decided_by(cfg.upgrade, "waves")
         assert cfg.node_agent.image is not None
         pools = {p.name: p for p in cfg.node_pools}
         waves = cfg.upgrade.waves
@@ -247,7 +258,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _toolkit(self, after: list[pulumi.Resource]) -> Optional[ContainerToolkit]:
         cfg = self._cfg
-        if not cfg.components.toolkit:
+        if not decides(cfg.components, "toolkit"):
             return None
         files = runtime_files(
             cfg.cluster.container_runtime,
@@ -264,7 +275,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             ops=self._ops,
             device_plugin=cfg.components.device_plugin,
             mig_strategy=cfg.device_plugin.mig_strategy,
-            plugin_workload=cfg.validator.plugin_workload,
+            settings=cfg.validator,
             gpudirect=cfg.gpudirect.validated_components,
             depends_on=after,
             opts=self._opts(),
@@ -272,7 +283,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _device_plugin(self, after: list[pulumi.Resource]) -> Optional[DevicePlugin]:
         cfg = self._cfg
-        if not cfg.components.device_plugin:
+        if not decides(cfg.components, "device_plugin"):
             return None
         return DevicePlugin(
             "state-device-plugin",
@@ -291,6 +302,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         cfg = self._cfg
         if not cfg.dra_pools:
             return None
+        decided_by(cfg.dra_pools[0], "allocation")
         return DraDriver(
             "state-dra-driver",
             ops=self._ops,
@@ -308,6 +320,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         cfg = self._cfg
         if not cfg.dra_pools:
             return None
+        decided_by(cfg.dra_pools[0], "allocation")
         return DraValidator(
             "state-dra-validation",
             ops=self._ops,
@@ -339,6 +352,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         configs = self._plugin_configs()
         if configs is None or not self._cfg.pools_sharing_by("mps"):
             return None
+        decided_by(self._cfg.pools_sharing_by("mps")[0].sharing, "strategy")
         return MpsControlDaemon(
             "state-mps-control-daemon",
             ops=self._ops,
@@ -356,7 +370,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _dcgm(self, after: list[pulumi.Resource]) -> Optional[Dcgm]:
         cfg = self._cfg
-        if not cfg.components.dcgm:
+        if not decides(cfg.components, "dcgm"):
             return None
         return Dcgm(
             "state-dcgm",
@@ -369,7 +383,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _dcgm_exporter(self, after: list[pulumi.Resource]) -> Optional[DcgmExporter]:
         cfg = self._cfg
-        if not cfg.components.dcgm_exporter:
+        if not decides(cfg.components, "dcgm_exporter"):
             return None
         settings = cfg.dcgm_exporter
         extra = tuple(dcgm_metrics.Metric(m.field, m.type, m.help) for m in settings.extra_metrics)
@@ -391,7 +405,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
 
     def _gfd(self, after: list[pulumi.Resource]) -> Optional[GpuFeatureDiscovery]:
-        if not self._cfg.components.gfd:
+        if not decides(self._cfg.components, "gfd"):
             return None
         return GpuFeatureDiscovery(
             "gpu-feature-discovery",
@@ -404,7 +418,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _mig_manager(self, after: list[pulumi.Resource]) -> Optional[MigManager]:
         cfg = self._cfg
-        if not cfg.components.mig_manager or not any(p.model.mig_capable for p in cfg.container_pools):
+        if not decides(cfg.components, "mig_manager") or not any(p.model.mig_capable for p in cfg.container_pools):
             return None
         return MigManager(
             "state-mig-manager",
@@ -420,7 +434,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
     def _node_inventory(self, after: list[pulumi.Resource]) -> Optional[NodeInventory]:
         cfg = self._cfg
         labeler = self.states.get("node-labeling")
-        if not cfg.components.node_inventory or not isinstance(labeler, NodeLabeler) or not cfg.container_pools:
+        if not decides(cfg.components, "node_inventory") or not isinstance(labeler, NodeLabeler) or not cfg.container_pools:
             return None
         assert cfg.node_agent.image is not None  # the labeller needs it too
         return NodeInventory(
@@ -434,7 +448,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
 
     def _node_status_exporter(self, after: list[pulumi.Resource]) -> Optional[NodeStatusExporter]:
-        if not self._cfg.components.node_status_exporter:
+        if not decides(self._cfg.components, "node_status_exporter"):
             return None
         return NodeStatusExporter(
             "state-node-status-exporter",
@@ -450,6 +464,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         dashboard = monitoring.dashboard_on(exporter)
         if not (monitoring.prometheus_operator or dashboard):
             return None
+        decided_by(monitoring, "prometheus_operator" if monitoring.prometheus_operator else "dashboard")
         return StackMonitoring(
             "stack-monitoring",
             namespace=self._ops.namespace,
@@ -464,7 +479,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
 
     def _validation_gate(self, after: list[pulumi.Resource]) -> Optional[ValidationGate]:
         cfg = self._cfg
-        if cfg.validation.mode == "off":
+        if decides(cfg.validation, "mode") == "off":
             return None
         assert cfg.node_agent.image is not None
         return ValidationGate(

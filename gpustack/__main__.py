@@ -23,7 +23,7 @@ from gpustack import diff, docs, findings, graph, importer, inventory, mig_hardw
 from gpustack.checking import Checked, StackFileError, check_one, evaluate, load_stack, read_stack, resolve_stack, summary
 from gpustack.importer import ImportInputError
 from gpustack.keylines import KeyLines
-from gpustack.mockrun import PROJECT_DIR, run_program
+from gpustack.mockrun import PROJECT_DIR, Recording, run_program
 from gpustack.policyrun import PolicyConfigError, Violation, config_path, has_mandatory
 
 from node_images.catalog import CatalogError
@@ -48,9 +48,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     (out / "manifests.yaml").write_text(render.manifests_yaml(recording))
     (out / "graph.json").write_text(json.dumps(render.graph(recording), indent=2) + "\n")
     (out / "policy.json").write_text(json.dumps({"violations": [v.as_json() for v in violations]}, indent=2) + "\n")
+    # which stack key set each field (components/kit/sources.py): what check, diff and their reports trace keys by
+    (out / "sources.json").write_text(json.dumps(recording.sources or {"objects": {}}, indent=2) + "\n")
     objects = sum(1 for r in recording.registrations if r.is_kubernetes_object)
     print(f"{recording.stack}: {objects} Kubernetes objects, {len(recording.registrations)} resources -> {out}/")
-    _print_violations(violations)
+    _print_violations(violations, recording)
     return EXIT_VIOLATION if has_mandatory(violations) else EXIT_OK
 
 
@@ -87,11 +89,13 @@ def _print_checked(checked: Checked) -> int:
     widths = [max(len(str(r[i])) for r in [headers, *checked.rows]) for i in range(len(headers))]
     for row in [headers, *checked.rows]:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    for p in checked.problems:
-        print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}")
-    for r in checked.refused:
-        print(f"apiserver {r}")
-    _print_violations(checked.violations)
+    found = findings.from_check(checked.stack, checked.recording, checked.problems, checked.refused, checked.violations)
+    causes = [findings.cause_text(f.cause) for f in found]
+    for p, cause in zip(checked.problems, causes):
+        print(f"schema {p.kubernetes_version} {p.kind}/{p.name}: {p.message}" + (f" [{cause}]" if cause else ""))
+    for r, cause in zip(checked.refused, causes[len(checked.problems):]):
+        print(f"apiserver {r}" + (f" [{cause}]" if cause else ""))
+    _print_violations(checked.violations, checked.recording)
     print(summary(checked))
     return EXIT_VIOLATION if checked.failed else EXIT_OK
 
@@ -119,7 +123,7 @@ def _check_sarif(args: argparse.Namespace) -> int:
             entries += [(f, path, lines) for f in findings.config_findings(name, error)]
             code = max(code, EXIT_CONFIG)
             continue
-        found = findings.from_check(name, checked.recording, checked.problems, checked.refused, checked.violations, lines.pools)
+        found = findings.from_check(name, checked.recording, checked.problems, checked.refused, checked.violations)
         entries += [(f, path, lines) for f in found]
         print(summary(checked), file=sys.stderr)
         code = max(code, EXIT_VIOLATION if checked.failed else EXIT_OK)
@@ -138,9 +142,12 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return inventory.run(stack=name, cfg=cfg, pool=args.pool, as_json=args.json)
 
 
-def _print_violations(violations: Sequence[Violation]) -> None:
+def _print_violations(violations: Sequence[Violation], recording: Recording) -> None:
+    """Each violation with the stack key that set the field it judges (the render's source map)."""
+    index = findings.ObjectIndex(recording)
     for v in violations:
-        print(f"policy {v.enforcement} {v.policy}: {v.message} ({v.urn})")
+        cause = findings.cause_text(findings.violation_finding(recording.stack, v, index).cause)
+        print(f"policy {v.enforcement} {v.policy}: {v.message} ({v.urn})" + (f" [{cause}]" if cause else ""))
 
 
 def cmd_pack_facts(args: argparse.Namespace) -> int:
@@ -158,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
-    render_parser = sub.add_parser("render", help="write manifests.yaml, graph.json and policy.json for a stack")
+    render_parser = sub.add_parser("render", help="write manifests.yaml, graph.json, policy.json and sources.json for a stack")
     render_parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or path")
     render_parser.add_argument("--out", required=True, help="output directory")
     render_parser.add_argument("--preview", action="store_true", help="run as `pulumi preview` would (dry run)")

@@ -13,7 +13,7 @@ change-safety suite report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from gpustack import image_changes
 from gpustack.mockrun import Recording, Registration
@@ -311,8 +311,16 @@ def summary(result: Plan) -> dict[str, int]:
     return {action: len(grouped[action]) for action in ACTIONS}
 
 
-def render_plan(result: Plan, *, verbose: bool = False) -> Iterable[str]:
-    """The lines `gpustack diff` prints: one per change, then what would fail and what is dangerous."""
+def because_text(keys: Sequence[str], limit: int = 3) -> str:
+    """`driver.extraVolumes[0].hostPath.path changed` for the keys a change comes from (gpustack/causes.py)."""
+    shown = [key.split(":", 1)[-1] for key in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{', '.join(shown)}{more} changed" if keys else ""
+
+
+def render_plan(result: Plan, *, verbose: bool = False, because: Optional[Mapping[str, Sequence[str]]] = None) -> Iterable[str]:
+    """The lines `gpustack diff` prints: one per change (with the stack keys it comes from, where `because` says),
+    then what would fail and what is dangerous."""
     symbols = {CREATE: "+", UPDATE: "~", REPLACE: "+-", RERUN: "+-", DELETE: "-"}
     for action in ACTIONS:
         for change in sorted(result.by_action()[action], key=lambda c: c.label):
@@ -323,6 +331,8 @@ def render_plan(result: Plan, *, verbose: bool = False) -> Iterable[str]:
                 detail = f" ({', '.join(change.fields[:6])}{', ...' if len(change.fields) > 6 else ''})"
             if change.aliased:
                 detail += " [same resource, new URN]"
+            if because and because.get(change.urn):
+                detail += f" because {because_text(because[change.urn])}"
             what = change.label if not verbose else f"{change.label} {change.urn}"
             yield f"{symbols[action]:>2} {action:<7} {what}{detail}"
     for message in result.blocked:

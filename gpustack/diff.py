@@ -20,9 +20,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from gpustack import changes, diff_report
+from gpustack import causes, changes, diff_report
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
 from node_images.inputfiles import load_stack_file
 
@@ -49,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 FORMATS = ("text", "markdown", "json")
 
 
-def _render_file(stack: str, path: Path) -> Recording:
-    bag, secret = stack_file_bag(load_stack_file(path))
-    return run_program(stack, bag, secret_keys=secret)
+def _render_file(stack: str, path: Path) -> tuple[Recording, dict[str, Any]]:
+    """The stack file's render and its `config:` mapping."""
+    document = load_stack_file(path)
+    bag, secret = stack_file_bag(document)
+    return run_program(stack, bag, secret_keys=secret), dict(document.get("config") or {})
 
 
 def _git(*args: str) -> bytes:
@@ -61,8 +63,9 @@ def _git(*args: str) -> bytes:
     return result.stdout
 
 
-def render_at_ref(stack: str, ref: str) -> Optional[Recording]:
-    """The stack as the program at `ref` renders it; None when the stack did not exist there."""
+def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, Any]]]:
+    """The stack as the program at `ref` renders it, and its stack file's `config:` there; None when the stack did
+    not exist there."""
     commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
     with tempfile.TemporaryDirectory(prefix="gpustack-diff-") as tmp:
         tree = Path(tmp) / "tree"
@@ -75,7 +78,8 @@ def render_at_ref(stack: str, ref: str) -> Optional[Recording]:
         if not stack_file.is_file():
             return None
         # The stack file is read here, through today's guarded loader; the runner gets the config bag as JSON.
-        bag, secret = stack_file_bag(load_stack_file(stack_file, source=f"{ref}:stacks/{stack_file.name}"))
+        document = load_stack_file(stack_file, source=f"{ref}:stacks/{stack_file.name}")
+        bag, secret = stack_file_bag(document)
         bag_file = Path(tmp) / "bag.json"
         bag_file.write_text(json.dumps({"config": bag, "secretKeys": secret}))
         # The runner imports nothing of the project; copied out of it, it cannot pick today's modules up.
@@ -93,7 +97,7 @@ def render_at_ref(stack: str, ref: str) -> Optional[Recording]:
         if result.returncode != 0:
             tail = result.stderr.decode(errors="replace").strip().splitlines()[-5:]
             raise DiffInputError(f"the program at {ref} ({commit[:12]}) does not render {stack}: " + " | ".join(tail)[:600])
-        return recording_from_json(json.loads(out.read_text()))
+        return recording_from_json(json.loads(out.read_text())), dict(document.get("config") or {})
 
 
 def _empty(stack: str) -> Recording:
@@ -115,22 +119,23 @@ def run(args: argparse.Namespace, resolve_stack: Callable[[str], tuple[str, Path
     base_path = Path(args.base)
     note = ""
     if base_path.is_file():
-        base = _render_file(name, base_path)
+        base, base_config = _render_file(name, base_path)
         what = str(base_path)
     else:
         found = render_at_ref(name, args.base)
-        base = found if found is not None else _empty(name)
+        base, base_config = found if found is not None else (_empty(name), {})
         what = args.base
         note = "" if found is not None else f" (stack {name} does not exist at {args.base}: everything is created)"
-    after = _render_file(name, path)
+    after, after_config = _render_file(name, path)
     plan = changes.plan(base, after)
+    keys = causes.because(plan, base, after, base_config, after_config)
     if args.format != "text":
-        data = diff_report.report(name, what, _shown(path), plan, base, after, args.allow)
+        data = diff_report.report(name, what, _shown(path), plan, base, after, args.allow, because=keys)
         out(json.dumps(data, indent=2) if args.format == "json" else diff_report.markdown(data, after).rstrip("\n"))
         return data["exitCode"]
     counts = ", ".join(f"{n} {action}" for action, n in changes.summary(plan).items() if n) or "no changes"
     out(f"diff {name}: {what} -> {_shown(path)}{note}: {counts}")
-    for line in changes.render_plan(plan, verbose=args.urns):
+    for line in changes.render_plan(plan, verbose=args.urns, because=keys):
         out(line)
     refused = [(rule, message) for rule, message in plan.dangers if rule == "blocked" or rule not in args.allow]
     if refused:

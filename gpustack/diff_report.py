@@ -3,7 +3,8 @@
 - `json`: one document, versioned (`schemaVersion: gpustack.diff/v1`), described by docs/diff.schema.json, which
   `python -m gpustack docs` writes from `SCHEMA` below and tests/test_diff_formats.py holds reports to.
 - `markdown`: a pull-request comment body. The verdict comes first (SAFE, or what is dangerous and the `--allow`
-  that would accept it), then the counts, one row per changed resource (kind, name, fields), the driver
+  that would accept it), then the counts, one row per changed resource (kind, name, fields, the stack keys whose new
+  value it comes from), the driver
   DaemonSets the change creates, updates or deletes with their pools and upgrade waves, the notes, and the state
   graph with the changed states marked. Long lists are folded in `<details>`. The first line is a marker naming
   the stack, so a CI job finds and updates its own comment instead of adding one per push.
@@ -14,7 +15,7 @@ Exit codes are the text format's: 0 safe, 1 dangerous, 2 bad input.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from components.kit.validation_gate import EXPECTED_NODES_ENV
 from gpustack import changes, graph
@@ -48,7 +49,8 @@ SCHEMA: dict[str, Any] = {
                    "properties": {a: {"type": "integer", "minimum": 0} for a in changes.ACTIONS}},
         "changes": {"type": "array", "items": {
             "type": "object", "additionalProperties": False,
-            "required": ["action", "kind", "name", "namespace", "urn", "fields", "reasons", "sameResourceNewUrn", "state"],
+            "required": ["action", "kind", "name", "namespace", "urn", "fields", "reasons", "sameResourceNewUrn", "state",
+                         "because"],
             "properties": {
                 "action": {"enum": list(changes.ACTIONS)},
                 "kind": {"type": ["string", "null"]},
@@ -59,6 +61,8 @@ SCHEMA: dict[str, Any] = {
                 "reasons": _STRINGS,
                 "sameResourceNewUrn": {"type": "boolean"},
                 "state": {"type": ["string", "null"], "description": "the state (components/states/order.py) it belongs to"},
+                "because": {**_STRINGS, "description": "the stack keys whose new value the change comes from, by the "
+                                                       "renders' source maps (gpustack/causes.py)"},
             },
         }},
         "blocked": _STRINGS,
@@ -126,7 +130,7 @@ def _is_driver(r: Registration) -> bool:
 
 
 def report(stack: str, base: str, head: str, plan: changes.Plan, before: Recording, after: Recording,
-           allowed: Sequence[str]) -> dict[str, Any]:
+           allowed: Sequence[str], because: Optional[Mapping[str, Sequence[str]]] = None) -> dict[str, Any]:
     states = {**graph.states_by_urn(before), **graph.states_by_urn(after)}
     by_urn = {**before.by_urn(), **after.by_urn()}
     refused = [(rule, message) for rule, message in plan.dangers if rule == "blocked" or rule not in allowed]
@@ -143,6 +147,7 @@ def report(stack: str, base: str, head: str, plan: changes.Plan, before: Recordi
             "reasons": list(change.reasons),
             "sameResourceNewUrn": change.aliased,
             "state": states.get(change.urn),
+            "because": list((because or {}).get(change.urn, ())),
         })
     waves = {**_waves(before), **_waves(after)}
     declared = {**_declared_nodes(before), **_declared_nodes(after)}
@@ -210,14 +215,15 @@ def markdown(data: dict[str, Any], after: Recording) -> str:
     out.append("")
     out.append(f"`{data['base']}` → `{data['head']}`: " + (", ".join(f"{n} {a}" for a, n in data["counts"].items() if n) or "no changes"))
     if data["changes"]:
-        table = ["| | action | kind | name | changed |", "|---|---|---|---|---|"]
+        table = ["| | action | kind | name | changed | because |", "|---|---|---|---|---|---|"]
         for row in data["changes"]:
             detail = ", ".join(f"`{f}`" for f in row["fields"][:6]) or "; ".join(row["reasons"])
             if row["sameResourceNewUrn"]:
                 detail += " (same resource, new URN)"
             name = f"{row['namespace']}/{row['name']}" if row["namespace"] else row["name"]
+            why = changes.because_text([f"`{key.split(':', 1)[-1]}`" for key in row["because"]]) or "–"
             table.append(f"| {ACTION_SYMBOL[row['action']]} | {row['action']} | {row['kind'] or 'component'} | "
-                         f"`{_cell(name)}` | {_cell(detail)} |")
+                         f"`{_cell(name)}` | {_cell(detail)} | {_cell(why)} |")
         out += ["", *_folded(f"{len(data['changes'])} changed resources", table)]
     if data["driverRollout"]:
         out += ["", "**Driver DaemonSets this changes**, by upgrade wave (the node agents move their nodes within the "

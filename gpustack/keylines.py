@@ -4,7 +4,7 @@ use (`gpu-stack:nodePools[1].sharing.replicas`), so a finding can point at the l
 The file is composed (not constructed) through the same guarded loader that reads it for the render, so the
 positions are those of the document the render saw. A key that is not written (a default in effect) is located
 at the nearest key above it that is: `gpu-stack:upgrade.maxUnavailable` left out lands on `gpu-stack:upgrade`,
-where a reviewer would add it.
+where a reviewer would add it, and the finding says its default applies.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Iterator, Optional, Sequence
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from gpustack.sourcemap import Cause
 from node_images.inputfiles import STACK_FILE_MAX_BYTES, GuardedLoader, load_yaml_text, read_text
 
 POOLS_KEY = "gpu-stack:nodePools"
-# A key path's placeholder for "the pool this finding is about" (`gpu-stack:nodePools[].sharing`).
-ANY_POOL = f"{POOLS_KEY}[]"
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,10 @@ def _position(key: str, node: Node) -> Position:
 class KeyLines:
     """The positions of one stack file's keys under `config:`, and the pool names in the order written."""
 
-    def __init__(self, positions: dict[str, Position], pools: list[str]):
+    def __init__(self, positions: dict[str, Position], pools: list[str], text_lines: Sequence[str] = ()):
         self._positions = positions
         self.pools = pools
+        self.text_lines = list(text_lines)
 
     @classmethod
     def of_text(cls, text: str, source: str = "<stack file>") -> "KeyLines":
@@ -91,7 +91,7 @@ class KeyLines:
         while f"{POOLS_KEY}[{index}]" in positions:
             pools.append(scalars.get(f"{POOLS_KEY}[{index}].name", ""))
             index += 1
-        return cls(positions, pools)
+        return cls(positions, pools, text.splitlines())
 
     @classmethod
     def of_file(cls, path: Path) -> "KeyLines":
@@ -112,38 +112,24 @@ class KeyLines:
             key = key[:cut]
         return None
 
-    def for_pool(self, key: str, pool: Optional[str]) -> Optional[str]:
-        """`gpu-stack:nodePools[].x` made concrete for the named pool; None when the pool is unknown or not written."""
-        if not key.startswith(ANY_POOL):
-            return key
-        if pool is None or pool not in self.pools:
-            return None
-        return f"{POOLS_KEY}[{self.pools.index(pool)}]{key[len(ANY_POOL):]}"
+    def locate(self, cause: Optional[Cause]) -> tuple[Optional[Position], str]:
+        """Where a finding with this cause belongs, and what its message must add: the key's own line; a key the
+        file leaves at its default at the nearest key above it that the file writes (where a reviewer adds it); a key
+        that only decides the object (no key sets the field) the same way, saying so. (None, "") when the file
+        writes nothing of it."""
+        if cause is None:
+            return None, ""
+        found = self.nearest(cause.key)
+        if found is None:
+            return None, ""
+        default = found.key != cause.key
+        if cause.decides:
+            return found, (f"no stack key sets this field; {cause.key} decides the object"
+                           + (" and is not set in this file: its default applies" if default else ""))
+        return found, f"{cause.key} is not set in this file: its default applies" if default else ""
 
-    def locate(self, keys: Sequence[str], context: Sequence[str], pools: Sequence[str]) -> Optional[Position]:
-        """Where a finding belongs. `keys` say what to change: the first that the file writes, or whose nearest
-        written parent exists, wins (a key left at its default is added under that parent). `context` are the keys
-        that decide the finding: the first one written, else the first one's nearest written parent. Keys of one
-        pool (`gpu-stack:nodePools[]...`) are tried for each of `pools` in turn."""
-        for key in self._concrete(keys, pools):
-            found = self.nearest(key)
-            if found is not None:
-                return found
-        concrete = self._concrete(context, pools)
-        for key in concrete:
-            if key in self._positions:
-                return self._positions[key]
-        for key in concrete:
-            found = self.nearest(key)
-            if found is not None:
-                return found
-        return None
-
-    def _concrete(self, keys: Sequence[str], pools: Sequence[str]) -> list[str]:
-        concrete: list[str] = []
-        for key in keys:
-            if key.startswith(ANY_POOL):
-                concrete += [k for k in (self.for_pool(key, pool) for pool in pools) if k]
-            else:
-                concrete.append(key)
-        return concrete
+    def line_region(self, line: Optional[int]) -> dict[str, int]:
+        """The whole of one line (1 when unknown), for a finding with no key: SARIF consumers want every bound."""
+        number = line if line is not None and 1 <= line <= max(len(self.text_lines), 1) else 1
+        text = self.text_lines[number - 1] if number <= len(self.text_lines) else ""
+        return {"startLine": number, "startColumn": 1, "endLine": number, "endColumn": max(len(text), 1) + 1}

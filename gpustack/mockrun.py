@@ -30,6 +30,9 @@ ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 _UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+# The program's record of which stack key set each field (components/kit/sources.py `current()`), read by module
+# name: this module imports nothing of the project, and a program without one (an older version) records none.
+SOURCES_MODULE = "components.kit.sources"
 
 
 def _reachable(from_resource: Any, to_resource: Any) -> bool:
@@ -84,6 +87,8 @@ class Recording:
     preview: bool
     registrations: list[Registration]
     outputs: dict[str, Any]
+    # The source map's JSON form (SourceMap.as_json), or None when the program keeps none.
+    sources: Optional[dict[str, Any]] = None
 
     def by_urn(self) -> dict[str, Registration]:
         return {r.urn: r for r in self.registrations}
@@ -203,16 +208,25 @@ def run_program(
     pulumi_mocks.set_mocks(EchoMocks(), project=PROJECT, stack=stack, preview=preview, monitor=monitor)
     set_all_config(dict(config), list(secret_keys))
     previous_cwd = os.getcwd()
+    before = _source_map()
     try:
         os.chdir(program_dir)
         _execute(str(program_dir / "__main__.py"))
         outputs = _stack_outputs()
+        after = _source_map()
+        sources = after.as_json() if after is not None and after is not before else None
     finally:
         os.chdir(previous_cwd)
         set_all_config({}, [])
         asyncio.set_event_loop(None)
         loop.close()
-    return Recording(stack=stack, preview=preview, registrations=monitor.registrations, outputs=outputs)
+    return Recording(stack=stack, preview=preview, registrations=monitor.registrations, outputs=outputs, sources=sources)
+
+
+def _source_map() -> Any:
+    module = sys.modules.get(SOURCES_MODULE)
+    current = getattr(module, "current", None)
+    return current() if callable(current) else None
 
 
 @pulumi.runtime.test
@@ -253,6 +267,7 @@ def recording_to_json(recording: Recording) -> dict[str, Any]:
         "preview": recording.preview,
         "outputs": recording.outputs,
         "registrations": [vars(r) for r in recording.registrations],
+        "sources": recording.sources,
     }
 
 
@@ -262,6 +277,7 @@ def recording_from_json(data: dict[str, Any]) -> Recording:
         preview=data["preview"],
         registrations=[Registration(**r) for r in data["registrations"]],
         outputs=data.get("outputs") or {},
+        sources=data.get("sources"),
     )
 
 

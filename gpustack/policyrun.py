@@ -55,9 +55,13 @@ class Violation:
     enforcement: str
     urn: str
     message: str
+    # The field of the object the violation is about, as the policy reported it (a JSON pointer,
+    # policies/gpu_stack_policies/fields.py); "" when it named none.
+    field: str = ""
 
     def as_json(self) -> dict[str, str]:
-        return {"policy": self.policy, "enforcement": self.enforcement, "urn": self.urn, "message": self.message}
+        return {"policy": self.policy, "enforcement": self.enforcement, "urn": self.urn, "message": self.message,
+                **({"field": self.field} if self.field else {})}
 
 
 def _import_pack() -> Any:
@@ -175,7 +179,10 @@ def _provider(registration: Registration, by_urn: dict[str, Registration]) -> Op
     return proto.AnalyzerProviderResource(type=provider.type, properties=properties, urn=provider.urn, name=provider.name)
 
 
-def _violations(response: Any, default_urn: str) -> list[Violation]:
+def _violations(response: Any, default_urn: str, heard: Sequence[tuple[str, str]] = ()) -> list[Violation]:
+    """The diagnostics of one answer; `heard` holds (message, field) of each violation the pack reported for it, which
+    gives each diagnostic its field (CrossGuard's diagnostics carry none)."""
+    fields = list(heard)
     found = []
     for diagnostic in response.diagnostics:
         message = diagnostic.message
@@ -184,7 +191,9 @@ def _violations(response: Any, default_urn: str) -> list[Violation]:
         if diagnostic.description and message.startswith(prefix):
             message = message[len(prefix) :]
         level = _WIRE_TO_LEVEL[diagnostic.enforcementLevel].value
-        found.append(Violation(diagnostic.policyName, level, diagnostic.urn or default_urn, message))
+        field = next((i for i, (said, _) in enumerate(fields) if said == message), None)
+        found.append(Violation(diagnostic.policyName, level, diagnostic.urn or default_urn, message,
+                               fields.pop(field)[1] if field is not None else ""))
     return found
 
 
@@ -229,12 +238,19 @@ def analyzer_requests(recording: Recording, info: Any, config: Optional[dict[str
     return AnalyzerRequests(configure, requests, proto.AnalyzeStackRequest(resources=stack_resources))
 
 
-def responses_to_violations(requests: AnalyzerRequests, resource_responses: Sequence[Any], stack_response: Any) -> list[Violation]:
-    """Violations from the pack's answers, resource policies first in registration order, then stack policies."""
+def responses_to_violations(
+    requests: AnalyzerRequests,
+    resource_responses: Sequence[Any],
+    stack_response: Any,
+    heard: Optional[Sequence[Sequence[tuple[str, str]]]] = None,
+) -> list[Violation]:
+    """Violations from the pack's answers, resource policies first in registration order, then stack policies;
+    `heard` holds what the pack reported for each answer (`run_policies`), stack last."""
+    heard = heard or [()] * (len(resource_responses) + 1)
     violations: list[Violation] = []
-    for request, response in zip(requests.resources, resource_responses):
-        violations += _violations(response, request.urn)
-    return violations + _violations(stack_response, "")
+    for request, response, reported in zip(requests.resources, resource_responses, heard):
+        violations += _violations(response, request.urn, reported)
+    return violations + _violations(stack_response, "", heard[-1])
 
 
 def run_policies(recording: Recording, policies: Sequence[Policy], config: Optional[dict[str, Any]] = None) -> list[Violation]:
@@ -246,8 +262,18 @@ def run_policies(recording: Recording, policies: Sequence[Policy], config: Optio
     servicer = _PolicyAnalyzerServicer(pack.PACK_NAME, PACK_VERSION, list(policies), pack.PACK_ENFORCEMENT)
     requests = analyzer_requests(recording, servicer.GetAnalyzerInfo(empty_pb2.Empty(), None), config)
     servicer.Configure(requests.configure, None)
-    answers = [servicer.Analyze(request, None) for request in requests.resources]
-    return responses_to_violations(requests, answers, servicer.AnalyzeStack(requests.stack, None))
+    heard: list[list[tuple[str, str]]] = []
+
+    def answer(call: Any, request: Any) -> Any:
+        reported: list[tuple[str, str]] = []
+        with pack.fields.listening(lambda message, field: reported.append((message, field))):
+            result = call(request, None)
+        heard.append(reported)
+        return result
+
+    answers = [answer(servicer.Analyze, request) for request in requests.resources]
+    stack_answer = answer(servicer.AnalyzeStack, requests.stack)
+    return responses_to_violations(requests, answers, stack_answer, heard)
 
 
 def has_mandatory(violations: Sequence[Violation]) -> bool:

@@ -17,6 +17,7 @@ from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
 from gpustack.crd_schemas import crd_validator
+from gpustack.sourcemap import pointer_of_path
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class SchemaProblem:
     kind: str
     name: str
     message: str
+    # the JSON pointer of the field the schema refuses ("" for the object as a whole)
+    pointer: str = ""
 
 
 def _schema_version(desired: str) -> str:
@@ -63,5 +66,5 @@ def validate(obj: dict[str, Any], kubernetes_version: str) -> list[SchemaProblem
     problems = []
     for error in sorted(compiled.iter_errors(obj), key=lambda e: list(e.absolute_path)):
         where = ".".join(str(p) for p in error.absolute_path) or "(object)"
-        problems.append(SchemaProblem(kubernetes_version, kind, name, f"{where}: {error.message}"))
+        problems.append(SchemaProblem(kubernetes_version, kind, name, f"{where}: {error.message}", pointer_of_path(error.absolute_path)))
     return problems

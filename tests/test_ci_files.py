@@ -1,6 +1,8 @@
 """The review job of docs/ci.md: the GitHub workflow and the GitLab CI file hold to the schemas check-jsonschema
-ships, every script in them passes shellcheck, every gpustack command they run exists, ci/review.sh records and
-judges what the steps found, and docs/ci.md's example is what the job posts today."""
+ships, the workflow to zizmor (offline: every audit that needs no network) and to least privilege (actions pinned
+by commit, the job running the pull request's code with a read-only token that is not left behind, the writes in a
+job that runs none of it), every script in them passes shellcheck, every gpustack command they run exists,
+ci/review.sh records and judges what the steps found, and docs/ci.md's example is what the job posts today."""
 
 from __future__ import annotations
 
@@ -19,17 +21,22 @@ from sarif.operations import codeclimate_op
 import gpustack.__main__ as cli
 from gpustack import ci_examples, findings, sarif
 from gpustack.keylines import KeyLines
+from gpustack.sourcemap import Cause
 from stacktest import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu-stack.yml"
 GITLAB = ROOT / ".gitlab-ci.yml"
 REVIEW = ROOT / "ci" / "review.sh"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+ZIZMOR = Path(sys.executable).parent / "zizmor"
+
+
+def jobs() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())["jobs"]
 
 
 def workflow_scripts() -> list[str]:
-    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["review"]["steps"]
-    return [step["run"] for step in steps if "run" in step]
+    return [step["run"] for job in jobs().values() for step in job["steps"] if "run" in step]
 
 
 def gitlab_script() -> str:
@@ -61,6 +68,66 @@ def test_every_script_passes_shellcheck(name, script, tmp_path):
     path.write_text(script)
     result = subprocess.run([str(SHELLCHECK), "-s", "bash", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{name}:\n{result.stdout}"
+
+
+def test_zizmor_finds_nothing_in_the_workflow():
+    """Every offline audit, pedantic persona (code smells too); no network, no token, no configuration file."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
+    result = subprocess.run([str(ZIZMOR), "--offline", "--no-config", "--persona", "pedantic", "--format", "json", str(WORKFLOW)],
+                            capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 0 and json.loads(result.stdout) == [], result.stdout + result.stderr
+
+
+def test_zizmor_would_flag_a_tag_pin_and_a_token_left_in_the_checkout(tmp_path):
+    broken = tmp_path / "gpu-stack.yml"
+    text = WORKFLOW.read_text()
+    # a checkout's default leaves the token in .git/config
+    broken.write_text(re.sub(r"actions/checkout@[0-9a-f]{40} # (v[0-9.]+)", r"actions/checkout@\1", text)
+                      .replace("          persist-credentials: false\n", ""))
+    result = subprocess.run([str(ZIZMOR), "--offline", "--no-config", "--format", "json", str(broken)],
+                            capture_output=True, text=True, timeout=120)
+    found = {finding["ident"] for finding in json.loads(result.stdout)}
+    assert {"unpinned-uses", "artipacked"} <= found
+
+
+def test_every_action_is_pinned_by_commit_with_its_tag_beside():
+    uses = re.findall(r"uses: ([\w./-]+)@(\S+)(.*)", WORKFLOW.read_text())
+    assert uses and all(re.fullmatch(r"[0-9a-f]{40}", ref) and re.fullmatch(r" # v\d+\.\d+\.\d+", tag) for _, ref, tag in uses), uses
+    # the upload's current major, and one commit per action wherever it is used
+    assert any(action == "github/codeql-action/upload-sarif" and tag.startswith(" # v4.") for action, _, tag in uses)
+    pins: dict[str, set[str]] = {}
+    for action, ref, _ in uses:
+        pins.setdefault(action.split("/")[0] + "/" + action.split("/")[1], set()).add(ref)
+    assert all(len(refs) == 1 for refs in pins.values()), pins
+
+
+def test_the_job_running_the_pull_requests_code_cannot_write_and_the_one_that_writes_runs_none_of_it():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    assert workflow["permissions"] == {}
+    review_job, publish = jobs()["review"], jobs()["publish"]
+    assert review_job["permissions"] == {"contents": "read"}
+    checkouts = [step for job in (review_job, publish) for step in job["steps"] if str(step.get("uses", "")).startswith("actions/checkout@")]
+    assert checkouts and all(step["with"]["persist-credentials"] is False for step in checkouts)
+    assert publish["permissions"] == {"actions": "read", "contents": "read", "pull-requests": "write", "security-events": "write"}
+    # publish checks out only the base branch's commit, and runs gpustack from there
+    (base,) = [step for step in publish["steps"] if str(step.get("uses", "")).startswith("actions/checkout@")]
+    assert base["with"]["ref"] == "${{ github.event.pull_request.base.sha }}" and base["with"]["path"] == "base"
+    assert all("ci/review.sh" not in step.get("run", "") for step in publish["steps"])
+    assert "cd base && .venv/bin/python -m gpustack comment" in "".join(step.get("run", "") for step in publish["steps"])
+    # a fork's pull request (or any PR whose repository is not this one) gets no publish job
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in publish["if"]
+    assert ".fork" not in WORKFLOW.read_text()
+
+
+def test_both_ci_files_cache_the_virtualenv_by_its_requirements():
+    (cache,) = [step for step in jobs()["review"]["steps"] if str(step.get("uses", "")).startswith("actions/cache@")]
+    assert cache["with"]["path"] == ".venv" and "hashFiles('requirements.txt', 'requirements-dev.txt', 'requirements-sarif.txt')" in cache["with"]["key"]
+    gitlab = yaml.safe_load(GITLAB.read_text())["gpu-stack-review"]["cache"]
+    assert {"paths": [".venv/"], "key": {"prefix": "venv-py3.11", "files": ["requirements.txt", "requirements-dev.txt"]}} in gitlab
+    # GitLab hashes two files at most: the venv is taken as built only when all three requirement files match
+    script = gitlab_script()
+    assert "sha256sum --check --status .venv/.requirements.sha256" in script and "requirements-sarif.txt > .venv/.requirements.sha256" in script
+    assert any(entry["paths"] == [".sarif-tools/"] for entry in gitlab)
 
 
 def test_no_script_expands_an_expression_of_the_event_inline():
@@ -143,7 +210,7 @@ def test_gitlab_reads_the_sarif_log_as_code_quality(tmp_path):
     path = ROOT / "stacks" / "Pulumi.prod-managed.yaml"
     lines = KeyLines.of_file(path)
     finding = findings.Finding("policy/upgrade-safety", "error", "budget too wide", "prod-managed",
-                               keys=("gpu-stack:upgrade.maxUnavailable",))
+                               cause=Cause("gpu-stack:upgrade.maxUnavailable"))
     log_path = tmp_path / "gpustack.sarif"
     log_path.write_text(json.dumps(sarif.log([(finding, path, lines)])))
     out = tmp_path / "gl-code-quality.json"

@@ -102,3 +102,20 @@ def test_the_rollout_counts_the_nodes_its_pools_declare(tmp_path, capsys):
     assert code == 0
     assert [(r["daemonSet"], r["nodes"]) for r in json.loads(out)["driverRollout"]] == [
         ("nvidia-driver-daemonset-canary", 4), ("nvidia-driver-daemonset-training", 6)]
+
+
+def test_each_change_names_the_stack_keys_whose_new_value_it_comes_from(tmp_path, capsys):
+    """The render's source map traces each changed field to its key: a host path added to the driver pods, and
+    nothing about the keys whose value stayed."""
+    config = stack_config("prod-managed")
+    volume = {"name": "vendor-tools", "mountPath": "/opt/vendor", "hostPath": {"path": "/opt/vendor-tools"}}
+    edited = {**config, "gpu-stack:driver": {**config["gpu-stack:driver"], "extraVolumes": [volume]}}
+    base, head = stack_files(tmp_path, "prod-managed", config, edited)
+    code, out, _ = run(capsys, base, head, "json")
+    changes = {c["name"]: c["because"] for c in json.loads(out)["changes"]}
+    for driver in ("nvidia-driver-daemonset-canary", "nvidia-driver-daemonset-training"):
+        assert changes[driver] and all(k.startswith("gpu-stack:driver.extraVolumes[0]") for k in changes[driver])
+    assert changes["gpu-stack-node-pools"] == []  # it holds the DaemonSets' template digests: no key sets them
+    code, text, _ = run(capsys, base, head, "text")
+    assert "nvidia-driver-daemonset-canary (metadata.annotations, spec.template) because gpu-stack" not in text
+    assert any("nvidia-driver-daemonset-canary" in line and "because driver.extraVolumes[0]" in line for line in text.splitlines())

@@ -13,6 +13,7 @@ import pytest
 
 from stacktest import ROOT, bag, config_problems, container, objects, render, setter, stack_config  # noqa: F401  (stacktest sets sys.path)
 
+from components.config.keys import key_of, plain
 from components.config import load_config
 from components.config import limits
 from components.config.base import SHOWN_MAX, parse_image
@@ -180,8 +181,10 @@ def test_valid_value_is_accepted(change):
 
 def test_int_or_string_keeps_its_type():
     cfg = load_config(bag(mutated(lambda c: c.update({DS: {"maxUnavailable": 3}, "gpu-stack:upgrade": {**c["gpu-stack:upgrade"], "maxUnavailable": "25%"}}))))
-    assert cfg.daemonsets.max_unavailable == 3 and type(cfg.daemonsets.max_unavailable) is int
-    assert cfg.upgrade.max_unavailable == "25%"
+    # the value as given (a count stays a number), tagged with its key like every config value
+    assert cfg.daemonsets.max_unavailable == 3 and type(plain(cfg.daemonsets.max_unavailable)) is int
+    assert key_of(cfg.daemonsets.max_unavailable) == "gpu-stack:daemonsets.maxUnavailable"
+    assert cfg.upgrade.max_unavailable == "25%" and type(plain(cfg.upgrade.max_unavailable)) is str
 
 
 def test_bool_is_not_a_count():

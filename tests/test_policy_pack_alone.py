@@ -110,7 +110,9 @@ def _run_copy(published: Path, stack: str, recording=None) -> tuple[list, list]:
         [proto.AnalyzeResponse.FromString(a) for a in answers[:-1]],
         proto.AnalyzeResponse.FromString(answers[-1]),
     )
-    return copy, run_policies(recording, pack_policies(), pack_config(stack))
+    # The engine's diagnostics carry no field; only the offline run hears which field each policy reported.
+    here = [dataclasses.replace(v, field="") for v in run_policies(recording, pack_policies(), pack_config(stack))]
+    return copy, here
 
 
 @pytest.mark.parametrize("stack", ["prod-precompiled", pytest.param("a100-mig", marks=pytest.mark.matrix)])

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 
 from components.catalogs import consts
 from components.config.base import _Model, shown
+from components.config.keys import derived
 
 # An absolute, normalised path of plain name characters: it becomes a hostPath, an env value and, for the kubelet
 # root, part of other paths, so no '.'/'..' segment, no doubled or trailing '/', no spaces, quotes or globs.
@@ -99,7 +100,7 @@ class HostPaths(_Model):
 
     @property
     def dev_char(self) -> str:
-        return consts.DEV_CHAR if self.root_fs == "/" else f"{self.root_fs}{consts.DEV_CHAR}"
+        return consts.DEV_CHAR if self.root_fs == "/" else derived(f"{self.root_fs}{consts.DEV_CHAR}", self.root_fs)
 
     def kubelet_dir(self, subdir: str) -> str:
-        return f"{self.kubelet_root_dir}/{subdir}"
+        return derived(f"{self.kubelet_root_dir}/{subdir}", self.kubelet_root_dir)

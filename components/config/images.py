@@ -21,6 +21,7 @@ from typing import Optional
 from components.catalogs import catalog
 from components.catalogs import operand_overrides as operand_targets
 from components.config.base import _Model
+from components.config.keys import composed, derived
 from components.config.overrides import OperandOverride
 from components.config.stack import StackConfig
 
@@ -30,13 +31,14 @@ Parts = tuple[str, str, str]  # repository, image name, version
 def image_path(repository: str, image: str, version: str) -> str:
     """The operator's ImagePath: repository/image:version, or repository/image@version for a sha256 digest."""
     separator = "@" if version.startswith("sha256:") else ":"
-    return f"{repository}/{image}{separator}{version}"
+    return composed(f"{repository}/{image}{separator}{version}", version=version, name=image, repository=repository)
 
 
 def os_tagged(repository: str, version: str, os_tag: str) -> str:
     """The driver's (and the GPUDirect sidecars') reference on one OS (resolveDriverTag): a digest already names one
     image; a tag gets the OS suffix."""
-    return f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
+    reference = f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
+    return composed(reference, version=version, repository=repository, os=os_tag)
 
 
 def catalog_version(versions: _Model, image: str) -> str:
@@ -51,7 +53,7 @@ def catalog_parts(registry: str, path: str, version: str) -> Parts:
     """(repository, image, version) of a catalog image: `nvidia/k8s/container-toolkit` below `nvcr.io` is
     repository nvcr.io/nvidia/k8s, image container-toolkit."""
     directory, _, name = path.rpartition("/")
-    return (f"{registry}/{directory}" if directory else registry), name, version
+    return (derived(f"{registry}/{directory}", registry) if directory else registry), name, version
 
 
 def resolve(override: Optional[OperandOverride], parts: Parts) -> Parts:
@@ -138,7 +140,7 @@ def resolve_images(cfg: StackConfig) -> Images:
 
     driver_repository, driver_image, _ = parts(cfg, "driver")
     return Images(
-        driver_repository=f"{driver_repository}/{driver_image}",
+        driver_repository=derived(f"{driver_repository}/{driver_image}", driver_repository, driver_image),
         driver_manager=ref("driverManager"),
         toolkit=ref("toolkit"),
         device_plugin=ref("devicePlugin"),
@@ -159,4 +161,4 @@ def resolve_images(cfg: StackConfig) -> Images:
 def sidecar_parts(cfg: StackConfig, component: str) -> tuple[str, str]:
     """A GPUDirect sidecar's repository and version; the node's OS tag is appended per driver DaemonSet."""
     repository, name, version = parts(cfg, component)
-    return f"{repository}/{name}", version
+    return derived(f"{repository}/{name}", repository, name), version

@@ -12,6 +12,7 @@ from typing import Any, Collection, Iterator, Mapping, Optional
 from pydantic import BaseModel, SecretStr, ValidationError
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
+from components.config.keys import tag_config
 from components.config.base import NAMESPACE, SHOWN_MAX, ConfigError, foreign_key_problem, shown
 from components.config.rules import cross_key_problems
 from components.config.stack import StackConfig
@@ -328,7 +329,8 @@ def load_config(raw: Mapping[str, str], secret_keys: Collection[str] = ()) -> St
     problems += _secret_checks(cfg)
     if problems:
         raise ConfigError(problems)
-    return cfg
+    # every value knows its key from here on (components/config/keys.py)
+    return tag_config(cfg)
 
 
 def program_config() -> dict[str, str]:

@@ -25,6 +25,8 @@ from typing import Optional
 
 import pulumi
 
+from components.config.keys import derived
+
 DRIVER_DAEMONSET = "nvidia-driver-daemonset"
 GATE_PREFIX = "gpu-stack-gate-"
 STACK_TYPE = "gpu-stack:index:GpuStack"
@@ -51,7 +53,7 @@ def driver_daemonset(pool: str, pinned: Optional[str], *, per_pool: bool) -> str
     `gpu-stack/pool` label one DaemonSet serves every driver pool, under the operator's own name."""
     if pinned:
         return pinned
-    return bounded(f"{DRIVER_DAEMONSET}-{pool}") if per_pool else DRIVER_DAEMONSET
+    return derived(bounded(f"{DRIVER_DAEMONSET}-{pool}"), pool) if per_pool else DRIVER_DAEMONSET
 
 
 def sanitize_kernel(kernel: str) -> str:
@@ -65,11 +67,11 @@ def image_daemonset(pool: str, os_tag: str, kernel: Optional[str]) -> str:
     the pool, the kernel (precompiled) and the OS, as the operator names its per-kernel DaemonSets; never from
     the entry's place in the list, so adding or removing another entry renames nothing."""
     flavour = f"{sanitize_kernel(kernel)}-{os_tag}" if kernel else os_tag
-    return bounded(f"{DRIVER_DAEMONSET}-{pool}-{flavour}")
+    return derived(bounded(f"{DRIVER_DAEMONSET}-{pool}-{flavour}"), pool, os_tag, kernel)
 
 
 def pool_gate(pool: str) -> str:
-    return f"{GATE_PREFIX}{pool}"
+    return derived(f"{GATE_PREFIX}{pool}", pool)
 
 
 def component_urn(type_: str, name: str) -> str:

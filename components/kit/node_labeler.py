@@ -41,6 +41,7 @@ from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
 from components.kit.upgrade_coordinator import upgrade_coordinator
 from components.config import NodePool, Upgrade
+from components.config.keys import json_text
 
 NAME = "gpu-stack-node-labeler"
 CONFIGMAP = "gpu-stack-node-pools"
@@ -263,7 +264,7 @@ class NodeLabeler(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             CONFIGMAP,
             metadata=meta(CONFIGMAP, ops.namespace, {"app": NAME}),
-            data={CONFIG_KEY: json.dumps(document, indent=2, sort_keys=True)},
+            data={CONFIG_KEY: json_text(document, indent=2, sort_keys=True)},
             opts=child,
         )
         agent = ContainerArgs(

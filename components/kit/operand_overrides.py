@@ -44,14 +44,16 @@ def pull_secrets(stack: Sequence[str], overrides: Iterable[Optional[OperandOverr
 def _merged_env(current: Optional[Sequence[EnvVarArgs]], override: OperandOverride) -> Optional[list[EnvVarArgs]]:
     if not override.env:
         return list(current) if current is not None else None
-    values = {var.name: var.value for var in override.env}
+    # the override's own entries (name and value), so the render records them as the override's
+    given = {var.name: var for var in override.env}
     merged = []
     for var in current or ():
-        if var.name in values:
-            merged.append(EnvVarArgs(name=var.name, value=values.pop(var.name)))
+        if var.name in given:
+            own = given.pop(var.name)
+            merged.append(EnvVarArgs(name=own.name, value=own.value))
         else:
             merged.append(var)
-    merged += [EnvVarArgs(name=name, value=value) for name, value in values.items()]
+    merged += [EnvVarArgs(name=var.name, value=var.value) for var in given.values()]
     return merged
 
 

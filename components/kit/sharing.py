@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-import yaml
-
 from components.catalogs import mig_catalog
+from components.config.keys import yaml_text
 from components.kit.builders import DEFAULT_PLUGIN_CONFIG_KEY
 from components.config import NodePool
 
@@ -54,7 +53,7 @@ def plugin_configs(default_mig_strategy: str, shared_pools: Sequence[NodePool]) 
     """ConfigMap data: `default` for unshared pools, then one key per sharing pool."""
     documents = {DEFAULT_PLUGIN_CONFIG_KEY: plugin_config(default_mig_strategy)}
     documents.update({pool.name: plugin_config(default_mig_strategy, pool) for pool in shared_pools})
-    return {key: yaml.safe_dump(doc, sort_keys=False) for key, doc in documents.items()}
+    return {key: yaml_text(doc, sort_keys=False) for key, doc in documents.items()}
 
 
 def mig_config_label(pool: NodePool) -> Optional[str]:

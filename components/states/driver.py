@@ -36,7 +36,7 @@ eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -61,7 +61,7 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequiremen
 
 from components.catalogs import consts
 from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_OSTREE_VERSION
-from components.kit import naming
+from components.kit import naming, sources
 from components.kit.builders import (
     NODE_NAME_ENV,
     OPERATOR_NAMESPACE_ENV,
@@ -81,7 +81,8 @@ from components.kit.builders import (
 )
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
-from components.config import Upgrade
+from components.config import NodePool, Upgrade
+from components.config.keys import derived, flag
 from components.kit.driver_extensions import (
     pod_extensions,
     tuned,
@@ -137,12 +138,12 @@ def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
     drain = upgrade.drain
     return (
         ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
-        ("ENABLE_GPU_POD_EVICTION", _flag(upgrade.gpu_pod_eviction)),
-        ("ENABLE_AUTO_DRAIN", _flag(drain.enabled)),
-        ("DRAIN_USE_FORCE", _flag(drain.force)),
+        ("ENABLE_GPU_POD_EVICTION", flag(upgrade, "gpu_pod_eviction")),
+        ("ENABLE_AUTO_DRAIN", flag(drain, "enabled")),
+        ("DRAIN_USE_FORCE", flag(drain, "force")),
         ("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
-        ("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
-        ("DRAIN_DELETE_EMPTYDIR_DATA", _flag(drain.delete_empty_dir_data)),
+        ("DRAIN_TIMEOUT_SECONDS", derived(f"{drain.timeout_seconds}s", drain.timeout_seconds)),
+        ("DRAIN_DELETE_EMPTYDIR_DATA", flag(drain, "delete_empty_dir_data")),
     )
 
 
@@ -421,10 +422,13 @@ class Driver(pulumi.ComponentResource):
         ops: Operands,
         planned: Sequence[DriverDaemonSet],
         waits_for: Optional[dict[str, Sequence[pulumi.Input[pulumi.Resource]]]] = None,
+        pools: Mapping[str, NodePool] = {},
+        upgrade: Upgrade = Upgrade(),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:Driver", name, None, opts)
+        wave_of = {pool: (wave, "pools") for wave in upgrade.waves for pool in wave.pools}
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
         probe = k8s.core.v1.ConfigMap(
@@ -446,7 +450,10 @@ class Driver(pulumi.ComponentResource):
             opts_ = pulumi.ResourceOptions.merge(
                 ds_opts, pulumi.ResourceOptions(depends_on=gates, aliases=[naming.former_wave_parent()])
             )
-            daemonset = register_daemonset(name_, plan.parts, opts_)
+            # the first pool it serves decides it, its upgrade wave when it rolls (components/kit/sources.py)
+            pool = plan.target.pools[0]
+            with sources.deciding(pools.get(pool)), sources.noting(sources.DEPENDENCIES, *wave_of.get(pool, (upgrade, "waves"))):
+                daemonset = register_daemonset(name_, plan.parts, opts_)
             self.daemonsets[name_] = daemonset
             if not gates:
                 self.ordering.append(daemonset)

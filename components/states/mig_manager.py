@@ -20,6 +20,7 @@ from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components.catalogs import consts
 from components.catalogs import mig_catalog
+from components.config.keys import yaml_text
 from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
@@ -119,7 +120,7 @@ class MigManager(pulumi.ComponentResource):
         parted = k8s.core.v1.ConfigMap(
             self.config_map_name,
             metadata=meta(self.config_map_name, ops.namespace, {"app": NAME}),
-            data={"config.yaml": yaml.safe_dump(mig_catalog.mig_parted_config(custom_layouts), sort_keys=False)},
+            data={"config.yaml": yaml_text(mig_catalog.mig_parted_config(custom_layouts), sort_keys=False)},
             opts=child,
         )
         config_maps: list[pulumi.Resource] = [parted]

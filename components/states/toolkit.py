@@ -17,6 +17,7 @@ from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, 
 
 from components.catalogs import consts
 from components.catalogs.openshift import CRIO_HOOKS_DIR
+from components.config.keys import derived
 from components.kit.builders import (
     OPERATOR_NAMESPACE_ENV,
     PRIVILEGED_ROOT_S0,
@@ -69,7 +70,7 @@ def runtime_files(
 ) -> RuntimeFiles:
     if container_runtime == "containerd":
         return RuntimeFiles(
-            "containerd",
+            derived("containerd", container_runtime),
             "CONTAINERD_CONFIG",
             config or "/etc/containerd/config.toml",
             drop_in or "/etc/containerd/conf.d/99-nvidia.toml",
@@ -78,8 +79,13 @@ def runtime_files(
         )
     # cri-o reads drop-ins from a fixed directory and is reloaded without a socket.
     return RuntimeFiles(
-        "crio", "CRIO_CONFIG", config or "/etc/crio/config.toml", drop_in or "/etc/crio/crio.conf.d/99-nvidia.conf", None, None
+        derived("crio", container_runtime), "CRIO_CONFIG", config or "/etc/crio/config.toml",
+        drop_in or "/etc/crio/crio.conf.d/99-nvidia.conf", None, None,
     )
+
+
+def _directory(path: str) -> str:
+    return derived(posixpath.dirname(path), path)
 
 
 def toolkit_env(files: RuntimeFiles, *, cdi: bool, install_dir: str, runtime_class: str = RUNTIME_CLASS) -> list:
@@ -142,12 +148,12 @@ class ContainerToolkit(pulumi.ComponentResource):
             mount(f"{files.runtime}-drop-in-config", DROP_IN_TARGET_DIR),
         ]
         runtime_volumes = [
-            host_path(f"{files.runtime}-config", posixpath.dirname(files.config), "DirectoryOrCreate"),
-            host_path(f"{files.runtime}-drop-in-config", posixpath.dirname(files.drop_in), "DirectoryOrCreate"),
+            host_path(f"{files.runtime}-config", _directory(files.config), "DirectoryOrCreate"),
+            host_path(f"{files.runtime}-drop-in-config", _directory(files.drop_in), "DirectoryOrCreate"),
         ]
         if files.socket:
             runtime_mounts.append(mount(f"{files.runtime}-socket", SOCKET_TARGET_DIR))
-            runtime_volumes.append(host_path(f"{files.runtime}-socket", posixpath.dirname(files.socket)))
+            runtime_volumes.append(host_path(f"{files.runtime}-socket", _directory(files.socket)))
         # cri-o outside OpenShift reads hooks from /usr/share (the asset's /run path is OpenShift's).
         hooks_dir = "/usr/share/containers/oci/hooks.d" if files.runtime == "crio" and not ops.openshift else CRIO_HOOKS_DIR
         driver_validation = validator_container(

@@ -16,6 +16,8 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components.catalogs import consts
+from components.config import Validator
+from components.config.keys import flag
 from components.kit.builders import (
     NODE_NAME_ENV,
     OPERATOR_NAMESPACE_ENV,
@@ -149,7 +151,7 @@ NODE_CHECK_VOLUMES = (
 
 
 def init_containers(
-    ops: Operands, *, device_plugin: bool, mig_strategy: str, plugin_workload: bool, gpudirect: Sequence[str] = ()
+    ops: Operands, *, device_plugin: bool, mig_strategy: str, settings: Validator, gpudirect: Sequence[str] = ()
 ) -> list[ContainerArgs]:
     image = ops.images.validator
     checks = [
@@ -174,7 +176,7 @@ def init_containers(
                 env=[
                     env("COMPONENT", "plugin"),
                     env("WITH_WAIT", "false"),
-                    env("WITH_WORKLOAD", "true" if plugin_workload else "false"),
+                    env("WITH_WORKLOAD", flag(settings, "plugin_workload")),
                     env("MIG_STRATEGY", mig_strategy),
                     NODE_NAME_ENV,
                     OPERATOR_NAMESPACE_ENV,
@@ -197,7 +199,7 @@ class OperatorValidator(pulumi.ComponentResource):
         ops: Operands,
         device_plugin: bool,
         mig_strategy: str,
-        plugin_workload: bool,
+        settings: Validator = Validator(),
         gpudirect: Sequence[str] = (),
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
@@ -215,7 +217,7 @@ class OperatorValidator(pulumi.ComponentResource):
             selector_labels=APP_LABELS,
             runtime_class=True,
             init_containers=init_containers(
-                ops, device_plugin=device_plugin, mig_strategy=mig_strategy, plugin_workload=plugin_workload, gpudirect=gpudirect
+                ops, device_plugin=device_plugin, mig_strategy=mig_strategy, settings=settings, gpudirect=gpudirect
             ),
             containers=[main],
             volumes=list(NODE_CHECK_VOLUMES),

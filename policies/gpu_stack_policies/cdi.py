@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 
 NAME = "cdi-consistency"
 CDI_RUNTIME_CLASSES = ("nvidia-cdi", "nvidia-legacy")
@@ -73,7 +74,8 @@ def _reference(pods: list[Pod], report: ReportViolation) -> Optional[Reference]:
             what = objects.describe(kind, resource.props, resource.name)
             cdi = _enabled(env.get("CDI_ENABLED"))
             if cdi != (env.get("NVIDIA_CONTAINER_RUNTIME_MODE") == "cdi"):
-                report(
+                report_at(
+                    report, objects.pod_spec_pointer(kind) + container.env_at("NVIDIA_CONTAINER_RUNTIME_MODE"),
                     f"{what}: container {container.name!r} has CDI_ENABLED={env.get('CDI_ENABLED', 'unset')} but "
                     f"NVIDIA_CONTAINER_RUNTIME_MODE={env.get('NVIDIA_CONTAINER_RUNTIME_MODE', 'unset')}; {FIX} "
                     "(components/states/toolkit.py toolkit_env)",
@@ -102,16 +104,19 @@ def _reference(pods: list[Pod], report: ReportViolation) -> Optional[Reference]:
 def _check_operands(pods: list[Pod], ref: Reference, report: ReportViolation) -> None:
     for resource, kind, spec in pods:
         what = objects.describe(kind, resource.props, resource.name)
+        at = objects.pod_spec_pointer(kind)
         for container in objects.containers(spec):
             if ref.toolkit == (resource.urn, container.name):
                 continue
             env = container.env
             subject = f"{what}: container {container.name!r}"
             if "CDI_ENABLED" in env and _enabled(env["CDI_ENABLED"]) != ref.cdi:
-                report(f"{subject} has CDI_ENABLED={env['CDI_ENABLED']} while {ref.source} runs {ref.mode}; {FIX}", resource.urn)
+                report_at(report, at + container.env_at("CDI_ENABLED"),
+                          f"{subject} has CDI_ENABLED={env['CDI_ENABLED']} while {ref.source} runs {ref.mode}; {FIX}", resource.urn)
             hook = env.get("NVIDIA_CDI_HOOK_PATH")
             if ref.cdi and ref.hook_path and hook not in (None, ref.hook_path):
-                report(
+                report_at(
+                    report, at + container.env_at("NVIDIA_CDI_HOOK_PATH"),
                     f"{subject} runs the CDI hook from {hook}, but the toolkit installs it at {ref.hook_path}; fix: "
                     "derive it from gpu-stack:toolkit.installDir",
                     resource.urn,
@@ -120,15 +125,18 @@ def _check_operands(pods: list[Pod], ref: Reference, report: ReportViolation) ->
                 continue
             listed = env["DEVICE_LIST_STRATEGY"]
             strategies = {s.strip() for s in listed.split(",") if s.strip()}
+            strategy_at = at + container.env_at("DEVICE_LIST_STRATEGY")
             if ref.cdi and not (strategies and strategies <= CDI_STRATEGIES):
-                report(
+                report_at(
+                    report, strategy_at,
                     f"{subject} has DEVICE_LIST_STRATEGY={listed} while {ref.source} runs CDI, where the nvidia runtime "
                     f"is not the default, so the devices it lists are never injected; {FIX} "
                     "(components/states/device_plugin.py plugin_env: cdi-annotations,cdi-cri)",
                     resource.urn,
                 )
             if not ref.cdi and strategies & CDI_STRATEGIES:
-                report(
+                report_at(
+                    report, strategy_at,
                     f"{subject} has DEVICE_LIST_STRATEGY={listed} while {ref.source} runs without CDI, so no CDI spec "
                     f"exists for the devices it names; {FIX} (components/states/device_plugin.py plugin_env: envvar)",
                     resource.urn,
@@ -139,7 +147,8 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
     runtime_classes = {objects.name_of(r.props, r.name): r for r in objects.resources_by_kind(resources, "RuntimeClass")}
     for name in CDI_RUNTIME_CLASSES:
         if ref.cdi and name not in runtime_classes:
-            report(
+            report_at(
+                report, "/metadata/name",
                 f"RuntimeClass {name} is missing while {ref.source} runs CDI; workloads selecting it cannot start; "
                 f"{FIX} (components/states/prerequisites.py)"
             )
@@ -147,10 +156,12 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
         what = objects.describe(kind, resource.props, resource.name)
         used = {str(spec["runtimeClassName"])} if spec.get("runtimeClassName") else set()
         used |= {c.env["VALIDATOR_RUNTIME_CLASS"] for c in objects.containers(spec) if c.env.get("VALIDATOR_RUNTIME_CLASS")}
+        at = objects.pod_spec_pointer(kind) + "/runtimeClassName"
         for name in sorted(used):
             runtime_class = runtime_classes.get(name)
             if runtime_class is None:
-                report(
+                report_at(
+                    report, at,
                     f"{what} uses RuntimeClass {name}, which the stack does not render; {FIX} (components/states/prerequisites.py)",
                     resource.urn,
                 )
@@ -158,7 +169,8 @@ def _check_runtime_classes(resources: list[Any], pods: list[Pod], ref: Reference
             handler = str(runtime_class.props.get("handler") or "")
             if ref.handlers is not None and handler not in ref.handlers:
                 configured = ", ".join(sorted(ref.handlers)) or "none (cri-o in OCI hook mode)"
-                report(
+                report_at(
+                    report, at,
                     f"{what} uses RuntimeClass {name} (handler {handler!r}), but the toolkit configures {configured}; "
                     f"its pods cannot start; {FIX} (without CDI on cri-o, operands set no runtimeClassName)",
                     resource.urn,

@@ -28,6 +28,8 @@ class DriverSet:
     template_labels: Mapping
     driver: objects.Container
     manager: Optional[objects.Container]
+    # the pod spec's JSON pointer (a container's `at` is below it)
+    at: str = "/spec/template/spec"
 
     @property
     def image(self) -> str:

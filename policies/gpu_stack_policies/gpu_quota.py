@@ -28,7 +28,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from gpu_stack_policies import objects
+from gpu_stack_policies import fields, objects
+from gpu_stack_policies.fields import report_at
 
 NAME = "gpu-quota"
 GPU = "nvidia.com/gpu"
@@ -53,16 +54,21 @@ def is_gpu_resource(name: str) -> bool:
     return name in (GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)
 
 
-def requested_resources(spec: Mapping) -> set[str]:
-    found: set[str] = set()
+def requested_resources(spec: Mapping) -> dict[str, dict[str, str]]:
+    """The GPU resources each container of a pod spec requests (by container name), each with the field that
+    requests it (below the pod spec)."""
+    found: dict[str, dict[str, str]] = {}
     for container in objects.containers(spec):
+        own = found.setdefault(container.name, {})
         resources = objects.mapping(container.spec.get("resources"))
         for section in ("requests", "limits"):
-            found |= {str(k) for k in objects.mapping(resources.get(section)) if is_gpu_resource(str(k))}
+            for name in objects.mapping(resources.get(section)):
+                if is_gpu_resource(str(name)):
+                    own.setdefault(str(name), f"{container.at}/resources/{section}/{fields.escape(name)}")
         env = container.env
         if env.get("COMPONENT") == "plugin" and env.get("WITH_WORKLOAD", "").lower() == "true":
-            found.add(ANY_MIG if env.get("MIG_STRATEGY") == "mixed" else GPU)
-    return found
+            own.setdefault(ANY_MIG if env.get("MIG_STRATEGY") == "mixed" else GPU, container.env_at("WITH_WORKLOAD"))
+    return {name: wanted for name, wanted in found.items() if wanted}
 
 
 def quota_covers(hard: set[str], resource: str) -> bool:
@@ -87,19 +93,24 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     for resource in resources:
         kind = objects.kind_of(resource.resource_type)
         spec = objects.pod_spec(kind, resource.props)
-        wanted = requested_resources(spec) if spec is not None else set()
-        if not wanted:
+        by_container = requested_resources(spec) if spec is not None else {}
+        if not by_container:
             continue
         requesters += 1
         namespace = objects.namespace_of(resource.props) or provider_namespace
         if namespace in external:
             continue
         hard = hard_by_namespace.get(namespace, set())
-        missing = sorted(r for r in wanted if not quota_covers(hard, r))
-        if missing:
+        # one report per container: each container's request is set on its own (an operand's resources)
+        for container, wanted in by_container.items():
+            missing = sorted(r for r in wanted if not quota_covers(hard, r))
+            if not missing:
+                continue
             keys = ", ".join(f"requests.{r}" for r in missing)
-            report(
-                f"{objects.describe(kind or '?', resource.props, resource.name)} requests {', '.join(sorted(wanted))} in "
+            shown = f" (container {container!r})" if len(by_container) > 1 else ""
+            report_at(
+                report, objects.pod_spec_pointer(kind) + wanted[missing[0]],
+                f"{objects.describe(kind or '?', resource.props, resource.name)} requests {', '.join(sorted(wanted))}{shown} in "
                 f"namespace {namespace}, which has no ResourceQuota limiting {keys}; one namespace can then take every "
                 f"GPU; fix: add a ResourceQuota to {namespace} with {keys} in spec.hard, or list {namespace} in "
                 "externallyManagedQuotaNamespaces if its quota lives elsewhere",

@@ -24,6 +24,7 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 
 NAME = "images-pinned"
 DEFAULT_ALLOWED_REGISTRIES = ["nvcr.io", "registry.k8s.io"]
@@ -77,17 +78,18 @@ def registry_allowed(image: str, allowed: list[str]) -> bool:
     return any(name == prefix or name.startswith(prefix.rstrip("/") + "/") for prefix in allowed)
 
 
-def images_of(kind: Optional[str], props: Mapping) -> Iterator[tuple[str, str]]:
-    """(where, image) for every image reference of an object."""
+def images_of(kind: Optional[str], props: Mapping) -> Iterator[tuple[str, str, str]]:
+    """(where, image, its field's JSON pointer) for every image reference of an object."""
     spec = objects.pod_spec(kind, props)
     if spec is None:
         return
+    at = objects.pod_spec_pointer(kind)
     for container in objects.containers(spec):
         if container.image:
-            yield f"{'init container' if container.init else 'container'} {container.name!r}", container.image
+            yield f"{'init container' if container.init else 'container'} {container.name!r}", container.image, f"{at}{container.at}/image"
         for variable, value in container.env.items():
             if variable.endswith("_IMAGE") and value:
-                yield f"env {variable} of container {container.name!r}", value
+                yield f"env {variable} of container {container.name!r}", value, f"{at}{container.env_at(variable)}"
 
 
 def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -96,15 +98,20 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     kind = objects.kind_of(args.resource_type)
     # One report per image and problem: the validator names its own image in five containers and two env vars.
     places: dict[str, list[str]] = {}
-    for where, image in images_of(kind, args.props):
+    fields: dict[str, str] = {}
+    for where, image, field in images_of(kind, args.props):
         places.setdefault(image, []).append(where)
+        fields.setdefault(image, field)
     for image, where in places.items():
         what = f"{objects.describe(kind or '?', args.props, args.name)}: image {image!r} ({', '.join(where)})"
         problem = pin_problem(image)
         if problem:
-            report(f"{what} {problem}; fix: pin a version tag or a sha256 digest (gpu-stack:versions.*, nodeAgent.image)")
+            # the part of the reference at fault (components/config/images.py tags each part with its key)
+            report_at(report, f"{fields[image]}#/version",
+                      f"{what} {problem}; fix: pin a version tag or a sha256 digest (gpu-stack:versions.*, nodeAgent.image)")
         if not registry_allowed(image, allowed):
-            report(
+            report_at(
+                report, f"{fields[image]}#/repository",
                 f"{what} comes from {repository(image).rsplit('/', 1)[0]}, outside allowedRegistries "
                 f"({', '.join(allowed)}); fix: pull it through an allowed registry (gpu-stack:registry.override, "
                 "nodeAgent.image) or allow the registry in this stack's policies/config/<stack>.json"

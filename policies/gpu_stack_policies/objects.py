@@ -73,6 +73,15 @@ def describe(kind: str, props: Mapping, fallback_name: str = "?") -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
+# Where each kind keeps its pod spec, as a JSON pointer (gpu_stack_policies/fields.py).
+POD_SPEC_POINTERS = {**{kind: "/spec/template/spec" for kind in POD_TEMPLATE_KINDS},
+                     "CronJob": "/spec/jobTemplate/spec/template/spec", "Pod": "/spec"}
+
+
+def pod_spec_pointer(kind: Optional[str]) -> str:
+    return POD_SPEC_POINTERS.get(kind or "", "")
+
+
 def pod_spec(kind: Optional[str], props: Mapping) -> Optional[Mapping]:
     spec = mapping(props.get("spec"))
     if kind in POD_TEMPLATE_KINDS:
@@ -89,6 +98,8 @@ def pod_spec(kind: Optional[str], props: Mapping) -> Optional[Mapping]:
 class Container:
     spec: Mapping
     init: bool
+    # its JSON pointer below the pod spec: /initContainers/0, /containers/1
+    at: str = ""
 
     @property
     def name(self) -> str:
@@ -113,11 +124,18 @@ class Container:
     def security_context(self) -> Mapping:
         return mapping(self.spec.get("securityContext"))
 
+    def env_at(self, name: str) -> str:
+        """The pointer of env variable `name` below the pod spec (of the container's env when it has none)."""
+        for index, entry in enumerate(items(self.spec.get("env"))):
+            if mapping(entry).get("name") == name:
+                return f"{self.at}/env/{index}/value"
+        return f"{self.at}/env"
+
 
 def containers(spec: Mapping) -> list[Container]:
-    found = [Container(mapping(c), True) for c in items(spec.get("initContainers"))]
-    found += [Container(mapping(c), False) for c in items(spec.get("containers"))]
-    found += [Container(mapping(c), False) for c in items(spec.get("ephemeralContainers"))]
+    found = []
+    for field_name, init in (("initContainers", True), ("containers", False), ("ephemeralContainers", False)):
+        found += [Container(mapping(c), init, f"/{field_name}/{i}") for i, c in enumerate(items(spec.get(field_name)))]
     return found
 
 
@@ -143,6 +161,8 @@ class Pool:
     """One entry of the node labeller's pools document."""
 
     name: str
+    # its pointer in the ConfigMap: /data/node-pools.json#/pools/<i> (gpu_stack_policies/fields.py)
+    at: str
     gpu_model: Optional[str]
     node_selector: dict[str, str]
     deploy_labels: tuple[str, ...]
@@ -175,11 +195,12 @@ def node_pools(props: Mapping) -> Optional[list[Pool]]:
     except ValueError as error:
         raise PoolsDocumentError(f"{NODE_POOLS_KEY} is not JSON: {error}") from None
     pools = []
-    for entry in items(mapping(document).get("pools")):
+    for index, entry in enumerate(items(mapping(document).get("pools"))):
         entry = mapping(entry)
         pools.append(
             Pool(
                 name=str(entry.get("name") or "?"),
+                at=f"/data/{NODE_POOLS_KEY}#/pools/{index}",
                 gpu_model=str(entry["gpuModel"]) if entry.get("gpuModel") else None,
                 node_selector={str(k): str(v) for k, v in mapping(entry.get("nodeSelector")).items()},
                 deploy_labels=tuple(str(label) for label in items(entry.get("deployLabels"))),

@@ -15,6 +15,7 @@ from typing import Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from gpu_stack_policies import drivers
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts.node_images import catalog as node_image_catalog
 
 NAME = "precompiled-image-exists"
@@ -62,7 +63,9 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
         return
     found = problem(driver)
     if found:
-        report(f"{driver.what} {found}")
+        # the image's tag names the branch, kernel and OS of the node image the stack picked
+        field = f"{driver.at}/nodeSelector" if driver.kernel is None else f"{driver.at}{driver.driver.at}/image#/version"
+        report_at(report, field, f"{driver.what} {found}")
 
 
 POLICY = ResourceValidationPolicy(

@@ -30,6 +30,7 @@ from pulumi_policy import (
 )
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts import consts
 
 NAME = "privileged-only-where-needed"
@@ -412,38 +413,50 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     config: Mapping[str, Any] = args.get_config()
     gpu = gpu_namespace(args, config)
     pattern, listed = allowance_for(objects.name_of(args.props, args.name))
-    allowance, granted_by, fix = _grant(pattern, listed, objects.namespace_of(args.props) or gpu, gpu)
+    namespace = objects.namespace_of(args.props) or gpu
+    allowance, granted_by, fix = _grant(pattern, listed, namespace, gpu)
     what = objects.describe(kind or "?", args.props, args.name)
+    at = objects.pod_spec_pointer(kind)
+    # outside the GPU namespace, the namespace is what is wrong, whatever the object asks for
+    misplaced = pattern is not None and namespace != gpu
+
+    def field(pointer: str) -> str:
+        return "/metadata/namespace" if misplaced else pointer
+
     extra_paths: set[str] = set()
     if allowance is not NOTHING:
         extra_paths = {str(p) for p in objects.items(objects.mapping(config.get("additionalHostPaths")).get(pattern or ""))}
 
     for flag in HOST_NAMESPACES:
         if spec.get(flag) is True and flag not in allowance.host_namespaces:
-            report(f"{what} sets {flag}, not granted by {granted_by}; {fix}")
+            report_at(report, field(f"{at}/{flag}"), f"{what} sets {flag}, not granted by {granted_by}; {fix}")
     for container in objects.containers(spec):
         context = container.security_context
         if context.get("privileged") is True and container.name not in allowance.privileged_containers:
-            report(f"{what}: container {container.name!r} is privileged, not granted by {granted_by}; {fix}")
+            report_at(report, field(f"{at}{container.at}/securityContext/privileged"),
+                      f"{what}: container {container.name!r} is privileged, not granted by {granted_by}; {fix}")
         added = [str(c) for c in objects.items(objects.mapping(context.get("capabilities")).get("add"))]
         if added:
-            report(
+            report_at(
+                report, field(f"{at}{container.at}/securityContext/capabilities/add"),
                 f"{what}: container {container.name!r} adds capabilities {', '.join(added)}; no operand asset adds "
                 "any (the privileged ones need none); fix: drop capabilities.add"
             )
-    for volume in objects.items(spec.get("volumes")):
+    for index, volume in enumerate(objects.items(spec.get("volumes"))):
         volume = objects.mapping(volume)
         path = objects.mapping(volume.get("hostPath")).get("path")
+        volume_field = field(f"{at}/volumes/{index}/hostPath/path")
         if path is None or str(path) in allowance.host_paths | extra_paths:
             continue
         name = str(volume.get("name"))
         movable = movable_for(name, allowance)
         if movable is None:
-            report(f"{what}: volume {name!r} mounts host path {path}, not granted by {granted_by}; {fix}")
+            report_at(report, volume_field, f"{what}: volume {name!r} mounts host path {path}, not granted by {granted_by}; {fix}")
             continue
         problem = movable.check(str(path), spec, objects.containers(spec))
         if problem is not None:
-            report(
+            report_at(
+                report, volume_field,
                 f"{what}: volume {name!r} mounts host path {path} as a moved {movable.key}, {problem}; fix: move it "
                 f"with gpu-stack:{movable.key}, which tells the containers too (components/kit/host_paths.py, "
                 "components/states/toolkit.py)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 
 NAME = "protected-objects"
 PROTECTED_KINDS = ("Namespace", "CustomResourceDefinition", "RuntimeClass", "DeviceClass", "PriorityClass")
@@ -24,7 +25,8 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if kind not in PROTECTED_KINDS or args.opts.protect:
         return
     what = objects.describe(kind, args.props, args.name)
-    report(
+    report_at(
+        report, "/metadata/name",
         f"{what} is registered without protect: a config edit that removes or replaces it deletes what running pods "
         "stand on; fix: register it with components/kit/builders.py kept(opts) (protect and retain_on_delete)"
     )

@@ -18,6 +18,7 @@ from typing import Mapping
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts import openshift
 
 NAME = "scc-as-nvidia-ships-them"
@@ -31,22 +32,22 @@ def _check(props: Mapping, name: str, report: ReportViolation) -> None:
     shape = next((s for s in openshift.SCCS.values() if s.name == scc_name), None)
     if shape is None:
         known = ", ".join(sorted(s.name for s in openshift.SCCS.values()))
-        report(f"{what} is none of NVIDIA's operand SCCs, so nothing says which pods may run privileged under it; fix: "
+        report_at(report, "/metadata/name", f"{what} is none of NVIDIA's operand SCCs, so nothing says which pods may run privileged under it; fix: "
                f"remove it (NVIDIA's: {known})")
         return
     users = [str(u) for u in objects.items(props.get("users"))]
     namespaces = {u[len(SCC_USER_PREFIX):].rsplit(":", 1)[0] for u in users if u.startswith(SCC_USER_PREFIX)}
     wanted = [f"{SCC_USER_PREFIX}{ns}:{shape.service_account}" for ns in sorted(namespaces)] or ["(its ServiceAccount)"]
     if len(users) != 1 or users != wanted[:1]:
-        report(f"{what} admits {users}; NVIDIA's admits the {shape.service_account} ServiceAccount alone; fix: users "
+        report_at(report, "/users", f"{what} admits {users}; NVIDIA's admits the {shape.service_account} ServiceAccount alone; fix: users "
                f"{wanted[:1]}")
     extra_groups = sorted({str(g) for g in objects.items(props.get("groups"))} - set(openshift.SCC_GROUPS))
     if extra_groups:
-        report(f"{what} admits groups {extra_groups}, whose every pod could then run privileged; fix: keep only "
+        report_at(report, "/groups", f"{what} admits groups {extra_groups}, whose every pod could then run privileged; fix: keep only "
                f"{list(openshift.SCC_GROUPS)}")
     for field, attribute in HOST_FLAGS.items():
         if props.get(field) is True and not getattr(shape, attribute):
-            report(f"{what} sets {field}: true, which NVIDIA's asset for {shape.service_account} does not; fix: false")
+            report_at(report, f"/{field}", f"{what} sets {field}: true, which NVIDIA's asset for {shape.service_account} does not; fix: false")
 
 
 def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -27,7 +27,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from gpu_stack_policies import objects
+from gpu_stack_policies import fields, objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts import consts
 from gpu_stack_policies.facts import mig_catalog
 
@@ -65,6 +66,8 @@ class Consumer:
     what: str
     config_map: Optional[str]
     default_key: str
+    # the config-manager container's JSON pointer
+    at: str = ""
 
 
 def consumers(resources: list[Any]) -> list[Consumer]:
@@ -75,6 +78,7 @@ def consumers(resources: list[Any]) -> list[Consumer]:
         if spec is None:
             continue
         volumes = {str(objects.mapping(v).get("name")): objects.mapping(v) for v in objects.items(spec.get("volumes"))}
+        at = objects.pod_spec_pointer(kind)
         for container in objects.containers(spec):
             env = container.env
             if env.get("NODE_LABEL") != consts.DEVICE_PLUGIN_CONFIG:
@@ -86,7 +90,7 @@ def consumers(resources: list[Any]) -> list[Consumer]:
                 if posixpath.normpath(str(mount.get("mountPath", ""))) == source:
                     config_map = objects.mapping(volumes.get(str(mount.get("name")), {}).get("configMap")).get("name")
             what = objects.describe(kind or "?", resource.props, resource.name)
-            found.append(Consumer(resource, what, str(config_map) if config_map else None, env.get("DEFAULT_CONFIG", "")))
+            found.append(Consumer(resource, what, str(config_map) if config_map else None, env.get("DEFAULT_CONFIG", ""), f"{at}{container.at}"))
             break
     return found
 
@@ -98,25 +102,27 @@ def _documents(config_map: Any, report: ReportViolation) -> dict[str, Mapping]:
             document = yaml.safe_load(str(raw))
         except yaml.YAMLError as error:
             what = objects.describe("ConfigMap", config_map.props)
-            report(f"{what}: key {key!r} is not YAML ({error}); fix: render it from components/kit/sharing.py", config_map.urn)
+            report_at(report, fields.pointer("data", key), f"{what}: key {key!r} is not YAML ({error}); fix: render it from components/kit/sharing.py", config_map.urn)
             continue
         documents[str(key)] = objects.mapping(document)
     return documents
 
 
-def _replica_problems(key: str, document: Mapping, bounds: dict[str, int]) -> list[str]:
+def _replica_problems(key: str, document: Mapping, bounds: dict[str, int]) -> list[tuple[str, str]]:
+    """(the replicas' field, what is wrong) for each shared resource outside the bounds."""
     problems = []
     sharing = objects.mapping(document.get("sharing"))
     for mechanism, label in (("timeSlicing", "time-slicing"), ("mps", "MPS")):
-        for resource in objects.items(objects.mapping(sharing.get(mechanism)).get("resources")):
+        for index, resource in enumerate(objects.items(objects.mapping(sharing.get(mechanism)).get("resources"))):
             resource = objects.mapping(resource)
             replicas = resource.get("replicas")
             number = isinstance(replicas, (int, float)) and not isinstance(replicas, bool)
             if not number or not MIN_REPLICAS <= replicas <= bounds[mechanism]:
-                problems.append(
+                problems.append((
+                    fields.pointer("data", key) + f"#/sharing/{mechanism}/resources/{index}/replicas",
                     f"config {key!r} shares {resource.get('name', 'nvidia.com/gpu')} by {label} with {replicas} replicas, "
-                    f"outside {MIN_REPLICAS}..{bounds[mechanism]}"
-                )
+                    f"outside {MIN_REPLICAS}..{bounds[mechanism]}",
+                ))
     return problems
 
 
@@ -134,7 +140,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     for reader in readers:
         config_map = config_maps.get(reader.config_map or "")
         if config_map is None:
-            report(
+            report_at(
+                report, f"{reader.at}/volumeMounts",
                 f"{reader.what} reads its device-plugin config from ConfigMap {reader.config_map or '(no volume)'}, which "
                 "the stack does not render; fix: render nvidia-device-plugin-configs (components/states/device_plugin.py)",
                 reader.resource.urn,
@@ -143,10 +150,11 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         if reader.config_map not in documents:
             documents[reader.config_map] = _documents(config_map, report)
             for key, document in documents[reader.config_map].items():
-                for problem in _replica_problems(key, document, bounds):
-                    report(f"{objects.describe('ConfigMap', config_map.props)}: {problem}; {FIX_REPLICAS}", config_map.urn)
+                for field, problem in _replica_problems(key, document, bounds):
+                    report_at(report, field, f"{objects.describe('ConfigMap', config_map.props)}: {problem}; {FIX_REPLICAS}", config_map.urn)
         if reader.default_key not in documents[reader.config_map]:
-            report(
+            report_at(
+                report, f"{reader.at}/env",
                 f"{reader.what} falls back to config {reader.default_key!r}, which ConfigMap {reader.config_map} lacks; "
                 "fix: render a `default` key (components/kit/sharing.py plugin_configs)",
                 reader.resource.urn,
@@ -163,8 +171,10 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         key = pool.labels.get(consts.DEVICE_PLUGIN_CONFIG)
         if key is None:
             continue
+        selects = f"{pool.at}/labels/{fields.escape(consts.DEVICE_PLUGIN_CONFIG)}"
         if not readers:
-            report(
+            report_at(
+                report, selects,
                 f"{where}: pool {pool.name!r} selects device-plugin config {key!r}, but no config-manager reads "
                 f"{consts.DEVICE_PLUGIN_CONFIG}, so the pool's sharing never happens; fix: enable components.devicePlugin "
                 "(with a sharing pool it runs the config-manager)",
@@ -174,7 +184,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         for config_map, what in read_by.items():
             document = documents[config_map].get(key)
             if document is None:
-                report(
+                report_at(
+                    report, selects,
                     f"{where}: pool {pool.name!r} selects device-plugin config {key!r}, which ConfigMap {config_map} "
                     f"(read by {', '.join(what)}) lacks; fix: render one key per sharing pool (components/kit/sharing.py "
                     "plugin_configs)",
@@ -183,7 +194,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
                 continue
             layout = pool.labels.get(consts.MIG_CONFIG)
             if layout not in (None, mig_catalog.ALL_DISABLED) and objects.mapping(document.get("sharing")).get("mps"):
-                report(
+                report_at(
+                    report, selects,
                     f"{where}: pool {pool.name!r} shares by MPS (config {key!r} of ConfigMap {config_map}) on GPUs the "
                     f"MIG layout {layout!r} splits, and the device plugin's MPS works on whole GPUs only; fix: share the "
                     "pool by MPS without MIG, or by a mig-* strategy without MPS",

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts import consts
 
 NAME = "single-device-allocator"
@@ -107,7 +108,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     labeller, pools = objects.find_pools(resources)
     for pool in pools:
         if {DEVICE_PLUGIN_COMPONENT, DRA_COMPONENT} <= pool.deploy_components:
-            report(
+            report_at(
+                report, f"{pool.at}/deployLabels",
                 f"{objects.describe('ConfigMap', labeller.props, labeller.name)}: pool {pool.name!r} gets both "
                 f"{consts.deploy_label(DEVICE_PLUGIN_COMPONENT)} and {consts.deploy_label(DRA_COMPONENT)}, so its "
                 f"nodes would run the device plugin and the DRA kubelet plugin and hand out each GPU twice; {FIX}",
@@ -122,9 +124,11 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
             if where is None:
                 continue
             if device_plugin.resource is kubelet_plugin.resource:
-                report(f"{device_plugin.what} is both a device plugin and a DRA kubelet plugin; {FIX}", device_plugin.resource.urn)
+                report_at(report, "/spec/template/spec/nodeSelector",
+                          f"{device_plugin.what} is both a device plugin and a DRA kubelet plugin; {FIX}", device_plugin.resource.urn)
                 continue
-            report(
+            report_at(
+                report, "/spec/template/spec/affinity",
                 f"{device_plugin.what} ({DEVICE_PLUGIN_SIDE}) and {kubelet_plugin.what} ({DRA_SIDE}) can both run on "
                 f"{where}, and would each hand out the same GPUs; {FIX}",
                 kubelet_plugin.resource.urn,

@@ -14,6 +14,7 @@ import itertools
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from gpu_stack_policies import drivers, objects
+from gpu_stack_policies.fields import report_at
 
 NAME = "single-driver-per-node"
 FIX = (
@@ -43,12 +44,14 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
             if named_first is not None and named_second is not None and not named_first & named_second:
                 continue
             where = "the same nodes (no node pools document to tell them apart)"
-        report(f"{first.what} and {second.what} can both run on {where}, and would unload each other's driver; {FIX}", second.resource.urn)
+        report_at(report, "/spec/template/spec/affinity",
+                  f"{first.what} and {second.what} can both run on {where}, and would unload each other's driver; {FIX}", second.resource.urn)
     host_pools = {p.name for p in pools} - {p.name for p in with_driver}
     for driver in sets:
         named = driver.named_pools or set()
         for pool in sorted(named & host_pools):
-            report(
+            report_at(
+                report, "/spec/template/spec/affinity",
                 f"{driver.what} names pool {pool!r}, whose nodes ship their own driver (no nvidia.com/gpu.deploy.driver "
                 f"label); fix: remove the pool from the DaemonSet, or give the pool driver.mode managed or precompiled",
                 driver.resource.urn,

@@ -24,7 +24,8 @@ from typing import Any, Iterable, Optional
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from gpu_stack_policies import objects
+from gpu_stack_policies import fields, objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.graph import Graph, gates_before, is_custom
 from gpu_stack_policies.facts.order import STATE_NAMES
 
@@ -61,7 +62,8 @@ def _check_state_order(graph: Graph, report: ReportViolation) -> None:
         state = state_of(daemonset)
         what = _label(daemonset)
         if state is None:
-            report(
+            report_at(
+                report, fields.DEPENDENCIES,
                 f"{what} belongs to no state of components/states/order.py STATE_ORDER, so nothing orders it against the "
                 "other operands; fix: create it inside the component of its state (parent=the state component)",
                 daemonset.urn,
@@ -77,7 +79,8 @@ def _check_state_order(graph: Graph, report: ReportViolation) -> None:
                 names = sorted(_label(graph.by_urn[urn]) for urn in missing)
                 late.append(f"{earlier} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
         if late:
-            report(
+            report_at(
+                report, fields.DEPENDENCIES,
                 f"{what} (state {state}, #{STATE_NAMES.index(state) + 1}) is applied without waiting for {', '.join(late)}; "
                 "fix: build the states in STATE_ORDER in components/stack.py and pass the previous state as "
                 "depends_on down to the DaemonSet (components/kit/builders.py child_opts)",
@@ -156,7 +159,8 @@ def _check_validator_deadlock(graph: Graph, report: ReportViolation) -> None:
             shared = _shared_nodes(scope, waiter_scope)
             if waiter.urn not in before or shared == "":
                 continue
-            report(
+            report_at(
+                report, fields.DEPENDENCIES,
                 f"{_label(needed)} is applied only after {_label(waiter)}, which waits for "
                 f"{objects.VALIDATOR_DAEMONSET} pods to be Ready on {shared or 'every GPU node'}; {reason}, so "
                 "neither ever completes and `pulumi up` hangs until its timeout. Fix: drop that dependency (gates "

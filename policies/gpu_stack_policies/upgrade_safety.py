@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from gpu_stack_policies import drivers, objects
+from gpu_stack_policies import drivers, fields, objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.graph import Graph, gates_before
 
 NAME = "upgrade-safety"
@@ -84,8 +85,11 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     sets = drivers.driver_sets(resources)
     for driver in sets:
         env = driver.manager.env if driver.manager else {}
+        manager = f"{driver.at}{driver.manager.at}" if driver.manager else f"{driver.at}/initContainers"
         if env.get("ENABLE_GPU_POD_EVICTION") != "true" and env.get("ENABLE_AUTO_DRAIN") != "true":
-            report(
+            eviction = driver.manager.env_at("ENABLE_GPU_POD_EVICTION") if driver.manager else ""
+            report_at(
+                report, f"{driver.at}{eviction}" if eviction else manager,
                 f"{driver.what}: its k8s-driver-manager neither evicts GPU pods nor drains, so a driver change unloads "
                 "modules under running GPU work; fix: gpu-stack:upgrade.gpuPodEviction: true (or drain.enabled: true)",
                 driver.resource.urn,
@@ -93,7 +97,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         strategy = objects.mapping(objects.mapping(driver.resource.props.get("spec")).get("updateStrategy"))
         # An absent strategy is RollingUpdate to the API server.
         if strategy.get("type", "RollingUpdate") != "OnDelete":
-            report(
+            report_at(
+                report, "/spec/updateStrategy/type",
                 f"{driver.what} has updateStrategy {strategy.get('type', 'RollingUpdate')}: the DaemonSet controller "
                 "replaces its driver pods by itself, outside the node agents' fleet budget; fix: render it with "
                 "gpu-stack (OnDelete)",
@@ -103,7 +108,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     if sets and document is not None and budget is not None:
         problem = _budget_problem(budget, max_percent, max_count)
         if problem:
-            report(f"the fleet's driver upgrade budget {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", document.urn)
+            report_at(report, f"/data/{objects.NODE_POOLS_KEY}#/removal/maxUnavailable",
+                      f"the fleet's driver upgrade budget {problem}; fix: lower gpu-stack:upgrade.maxUnavailable", document.urn)
     _, pools = objects.find_pools(resources)
     deployed = drivers.driver_pools(pools)
     graph = Graph(resources)
@@ -111,7 +117,8 @@ def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     waves = {len(gates_before(graph, driver.resource)) for driver in sets}
     if sets and len(deployed) > 1 and len(waves) < 2:
         names = ", ".join(p.name for p in deployed)
-        report(
+        report_at(
+            report, fields.DEPENDENCIES,
             f"{len(deployed)} pools ({names}) take a driver change at once: no canary wave goes first; fix: set "
             "gpu-stack:upgrade.waves with a first wave of one small pool",
             sets[0].resource.urn,

@@ -35,7 +35,8 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from gpu_stack_policies import objects
+from gpu_stack_policies import fields, objects
+from gpu_stack_policies.fields import report_at
 from gpu_stack_policies.facts import consts
 
 NAME = "one-workload-type-per-node"
@@ -96,15 +97,18 @@ def overlap_problem(earlier: objects.Pool, later: objects.Pool) -> Optional[str]
 
 def _check_pools(pools: list[objects.Pool], where: str, report: ReportViolation) -> None:
     for pool in pools:
+        workload = f"{pool.at}/labels/{fields.escape(consts.WORKLOAD_CONFIG)}"
         if pool.workload_type not in consts.WORKLOAD_TYPES:
-            report(
+            report_at(
+                report, workload,
                 f"{where}: pool {pool.name!r} has workload type {pool.workload_type!r}; fix: set "
                 f"nodePools[].workloadType to one of {', '.join(consts.WORKLOAD_TYPES)}"
             )
             continue
         foreign = sorted(pool.deploy_components - allowed_components(pool.workload_type))
         if foreign:
-            report(
+            report_at(
+                report, f"{pool.at}/deployLabels",
                 f"{where}: pool {pool.name!r} is {pool.workload_type} but its nodes get the deploy labels of "
                 f"{', '.join(consts.deploy_label(c) for c in foreign)}, so those operands would run on "
                 f"{pool.workload_type} nodes; fix: the node labeller must write only the labels of "
@@ -114,7 +118,7 @@ def _check_pools(pools: list[objects.Pool], where: str, report: ReportViolation)
         for later in pools[i + 1 :]:
             problem = overlap_problem(earlier, later)
             if problem:
-                report(f"{where}: {problem}")
+                report_at(report, f"{later.at}/nodeSelector", f"{where}: {problem}")
 
 
 def _check_daemonset(props: Mapping, agnostic: set[str], report: ReportViolation) -> None:
@@ -127,13 +131,15 @@ def _check_daemonset(props: Mapping, agnostic: set[str], report: ReportViolation
     reachable = [t for t in consts.WORKLOAD_TYPES if selected <= allowed_components(t)]
     sides = {side(t) for t in reachable}
     if not selected:
-        report(
+        report_at(
+            report, "/spec/template/spec/nodeSelector",
             f"{what} selects no nvidia.com/gpu.deploy.<component> label, so it runs on GPU nodes of every workload "
             "type; fix: select the deploy label of its component (components/kit/builders.py operand_daemonset "
             "deploy_component), or name it in this policy's workloadAgnosticDaemonSets if it must run everywhere"
         )
     elif len(sides) > 1:
-        report(
+        report_at(
+            report, "/spec/template/spec/nodeSelector",
             f"{what} selects only {', '.join(consts.deploy_label(c) for c in sorted(selected))}, which nodes of "
             f"{', '.join(reachable)} all carry, so it lands on container and VM nodes alike; fix: select a deploy "
             "label of one workload type (components/catalogs/consts.py DEPLOY_COMPONENTS_BY_WORKLOAD)"
@@ -146,7 +152,8 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
         try:
             pools = objects.node_pools(args.props)
         except objects.PoolsDocumentError as error:
-            report(f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/kit/node_labeler.py")
+            report_at(report, f"/data/{objects.NODE_POOLS_KEY}",
+                      f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/kit/node_labeler.py")
             return
         if pools is not None:
             _check_pools(pools, objects.describe(kind, args.props, args.name), report)
