@@ -87,8 +87,12 @@ def test_a_stack_without_driver_daemonsets_has_nothing_to_wait_in():
     assert any(p == KEY and "no pool gets a driver DaemonSet" in m for p, m in problems(config))
 
 
-def test_the_agent_release_is_one_the_image_check_admits():
+def test_the_agent_release_is_one_the_image_check_admits_and_the_toolkits_own():
+    import gpustack
+
     assert tuple(int(part) for part in agent_version.split(".")) >= MIN_NODE_AGENT_VERSION
+    # One release: the SARIF log names the toolkit's version, the stacks pin the agent's.
+    assert gpustack.__version__ == agent_version
 
 
 def _drivers(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
