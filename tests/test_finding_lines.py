@@ -176,7 +176,7 @@ BATCHES: tuple[tuple[Edit, ...], ...] = (
         Edit("gpu-stack:dcgmExporter.hpcJobMapping.directory", PRIVILEGED, _job_mapping),
         Edit("gpu-stack:registry.override", PINNED, _set(("gpu-stack:registry", "override"), "docker.io/mirror")),
         Edit("gpu-stack:nodeAgent.image", PINNED,
-             _set(("gpu-stack:nodeAgent", "image"), f"{OUTSIDE_REGISTRY}/node-agent:0.7.0", lambda cfg: cfg.node_agent.image)),
+             _set(("gpu-stack:nodeAgent", "image"), f"{OUTSIDE_REGISTRY}/node-agent:0.8.0", lambda cfg: cfg.node_agent.image)),
         Edit("gpu-stack:vgpu.managerImage", PINNED,
              _set(("gpu-stack:vgpu", "managerImage"), f"{OUTSIDE_REGISTRY}/vgpu-manager:570.172.07",
                   lambda cfg: cfg.vgpu.manager_image)),
@@ -312,6 +312,8 @@ UNREACHABLE: dict[str, str] = {
     "gpu-stack:versions.driver": DRIVER_FITS,
     "gpu-stack:hostPaths.kubeletRootDir": MOVED_AND_TOLD,
     "gpu-stack:toolkit.installDir": MOVED_AND_TOLD,
+    "gpu-stack:devicePlugin.mpsRoot": MOVED_AND_TOLD,
+    "gpu-stack:toolkit.runtimeClass": VALIDATED,
     "gpu-stack:migLayouts{}{}": MIG_FITS,
     "gpu-stack:nodePools[].sharing.migLayout": MIG_FITS,
     **{f"gpu-stack:monitoring.{key}": VALIDATED for key in (

@@ -26,11 +26,11 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components.catalogs import consts
 from components.catalogs import vgpu_catalog
+from components.config.keys import yaml_text
 from components.kit.builders import (
     NODE_NAME_ENV,
     PRIVILEGED,
@@ -117,7 +117,7 @@ def device_manager(image: str, default_config: str) -> ContainerArgs:
 
 def render_config(custom: vgpu_catalog.Custom = None) -> str:
     """The `config.yaml` of `default-vgpu-devices-config`, from the catalog's document and the stack's own configs."""
-    return yaml.safe_dump(vgpu_catalog.devices_config(custom), sort_keys=False, default_flow_style=False, width=120)
+    return yaml_text(vgpu_catalog.devices_config(custom), sort_keys=False, default_flow_style=False, width=120)
 
 
 class VgpuDeviceManager(pulumi.ComponentResource):
