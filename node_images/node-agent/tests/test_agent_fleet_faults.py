@@ -121,6 +121,10 @@ def test_forty_nodes_roll_within_a_percentage_under_faults(load_fixture, paced_c
     run(fleet, rolled(fleet, A100, H100))
     assert_held(fleet)
     assert fleet.peak == 4 and struck["coordinator-restarted"] > 0
+    # The count a percentage resolves against is the coordinator's, from its watch: no agent lists nodes (before
+    # 0.8.0 every waiting node re-listed the driver nodes on every poll once the stored count was ten minutes old).
+    agents = [f"agent/{n}" for n in fleet.agents]
+    assert "list_node" not in fleet.server.by_method(agents)
 
 
 def test_a_budget_lowered_mid_rollout_admits_nobody_until_the_holders_are_below_it(load_fixture, paced_config):
