@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterable
 from kubernetes.client.exceptions import ApiException
 
 from . import budget, grants, informer, kube, labels, revisions, slots, upgrade
-from . import pods as podinfo
 from .coordinator import BUDGET, DAEMONSETS, IN_LINE, MANAGED, SWEEP_SECONDS, TICK_SECONDS, Coordinator, Log, Need
 
 
@@ -33,8 +32,7 @@ def sources(core: Any, apps: Any, namespace: str) -> tuple[informer.Source, ...]
         informer.Source(MANAGED, core.list_node, label_selector=labels.DRIVER_LABEL, metadata=True),
         informer.Source(BUDGET, core.list_namespaced_config_map, (namespace,),
                         field_selector=f"metadata.name={budget.NAME}"),
-        informer.Source(DAEMONSETS, apps.list_namespaced_daemon_set, (namespace,),
-                        label_selector=podinfo.DRIVER_POD_SELECTOR),
+        informer.Source(DAEMONSETS, apps.list_namespaced_daemon_set, (namespace,)),
     )
 
 
@@ -110,6 +108,7 @@ class Actions:
     def step(self, config: labels.Config) -> None:
         state = self.state
         self._retry = False
+        state.configure(config)
         self._list_revisions()
         self._confirm_suspects()
         if state.clock() >= self._next_sweep:

@@ -36,7 +36,7 @@ TICK_SECONDS = 5.0
 # Every node is judged again this often, whatever the events said: the safety net under them.
 SWEEP_SECONDS = 300.0
 LABELS_READ = (upgrade.UPGRADE_STATE_LABEL, labels.DRIVER_LABEL, grants.DRIVER_REVISION_LABEL,
-               removal.DRIVER_DEPLOY_LABEL)
+               *removal.DRIVER_LIKE_DEPLOY_LABELS)
 ANNOTATIONS_READ = (grants.REQUEST_ANNOTATION, grants.GRANT_ANNOTATION)
 Log = Callable[[dict[str, Any]], None]
 
@@ -72,6 +72,13 @@ def _project(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": metadata.get("name"),
                          "labels": {k: node_labels[k] for k in LABELS_READ if k in node_labels},
                          "annotations": {k: annotations[k] for k in ANNOTATIONS_READ if k in annotations}}}
+
+
+def _template_state(daemonset: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What decides a DaemonSet's current revision: its generation, what its controller observed, its digest."""
+    metadata = (daemonset or {}).get("metadata") or {}
+    return (metadata.get("generation"), ((daemonset or {}).get("status") or {}).get("observedGeneration"),
+            (metadata.get("annotations") or {}).get(upgrade.TEMPLATE_DIGEST_ANNOTATION))
 
 
 def _order_key(name: str, salt: str) -> str:
@@ -122,18 +129,26 @@ class Coordinator:
             self._observe_daemonsets(kind, obj)
 
     def _observe_daemonsets(self, kind: str, obj: Any) -> None:
+        """The operands' DaemonSets (driver-like ones are those the config's `drivers` names: a vGPU or VFIO manager
+        carries no label of its own that says so). Their ControllerRevisions are listed again only when what decides
+        the newest one changed, not on each status update of a rollout."""
         if kind == informer.SYNC:
             self.daemonsets = {d["metadata"]["name"]: d for d in obj}
-            self.stale_revisions = set(self.daemonsets)
+            self.stale_revisions = set(self.daemonsets) & self._driver_like()
             self.all_dirty = True
             return
         name = obj["metadata"]["name"]
+        before = _template_state(self.daemonsets.get(name))
         if kind == "DELETED":
             self.daemonsets.pop(name, None)
         else:
             self.daemonsets[name] = dict(obj)
-        self.stale_revisions.add(name)
-        self.dirty |= self.by_daemonset.get(name, set())
+        if name in self._driver_like() and _template_state(self.daemonsets.get(name)) != before:
+            self.stale_revisions.add(name)
+            self.dirty |= self.by_daemonset.get(name, set())
+
+    def _driver_like(self) -> set[str]:
+        return set(self.config.drivers) if self.config is not None else set(self.daemonsets)
 
     def _holders_changed(self, before: Mapping[str, Any]) -> None:
         after = self.holders()
@@ -232,6 +247,16 @@ class Coordinator:
         return revision, {(r.get("metadata") or {}).get("labels", {}).get(upgrade.REVISION_HASH_LABEL, "")
                           for r in owned}
 
+    def _deployed(self, daemonset: str, node_labels: Mapping[str, str]) -> bool:
+        """Whether the node is deployed ``daemonset``'s operand: the driver-like deploy labels its pods select are
+        `true` on it (a host-installed driver, a node paused by its driver manager: not upgraded)."""
+        found = self.daemonsets.get(daemonset) or {}
+        selector = ((((found.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {})
+        wanted = {k: v for k, v in selector.items() if k in removal.DRIVER_LIKE_DEPLOY_LABELS}
+        if not wanted:
+            return removal.runs_driver_like(node_labels)
+        return all(node_labels.get(k) == v for k, v in wanted.items())
+
     def need(self, name: str, config: labels.Config) -> Need | None:
         node = self.nodes.get(name)
         if node is None or config.removal is None or name in self.holders():
@@ -244,7 +269,7 @@ class Coordinator:
         revision = node_labels.get(grants.DRIVER_REVISION_LABEL)
         digest = config.drivers.get(daemonset or "")
         if (config.removal.driver_upgrade != "rolling" or not daemonset or not revision or not digest
-                or node_labels.get(removal.DRIVER_DEPLOY_LABEL) != "true"):
+                or not self._deployed(daemonset, node_labels)):
             return None
         current = self._current(daemonset, digest)
         # A revision the DaemonSet never had is another DaemonSet's (the node is being handed over): not judged.
@@ -252,12 +277,18 @@ class Coordinator:
             return None
         return Need(budget.DRIVER_UPGRADE, daemonset, digest, current[0])
 
+    def configure(self, config: labels.Config) -> None:
+        """A new node-pools document: every node judged again, the revisions of newly named driver-like DaemonSets
+        read."""
+        if config != self.config:
+            self.stale_revisions |= (set(config.drivers) - set(self.revisions)) & set(self.daemonsets)
+            self.config = config
+            self.all_dirty = True
+
     def refresh(self, config: labels.Config) -> set[str]:
         """Bring the line up to date with the nodes that changed (all of them after a config change): who joins,
         who leaves (no longer needs a slot), whose need changed (keeping its place). Returns the nodes judged."""
-        if config != self.config:
-            self.config = config
-            self.all_dirty = True
+        self.configure(config)
         names = set(self.nodes) | set(self.line) | set(self.holders()) if self.all_dirty else self.dirty
         self.all_dirty = False
         self.dirty = set()

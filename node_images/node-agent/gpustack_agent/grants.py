@@ -94,6 +94,8 @@ class Hold:
     drain_started: float | None = None
     restart_started: float | None = None
     evicted: set[str] = field(default_factory=set)
+    # Whether the last round of evictions had one refused (429): asked again soon.
+    refused: bool = False
 
     @classmethod
     def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":

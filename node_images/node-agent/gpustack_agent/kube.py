@@ -336,8 +336,7 @@ def run_gate(
                 sandbox_pods = list_pods(core, namespace, gate.SANDBOX_VALIDATOR_POD_SELECTOR, request_timeout)
             driver_pods: list[dict[str, Any]] = []
             if driver_daemonsets:
-                # Selected by the label every driver pod carries; gate.evaluate keeps those the named DaemonSets own.
-                driver_pods = list_pods(core, namespace, pods.DRIVER_POD_SELECTOR, request_timeout)
+                driver_pods = driver_like_pods(core, namespace, daemonsets or {}, request_timeout)
             result = gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
                                    sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
                                    expected_nodes=expected_nodes, previous=result, now=clock() - started,
@@ -384,6 +383,28 @@ def run_gate(
     if termination_message_path:
         write_termination_message(termination_message_path, result, log)
     return gate.exit_code(result, mode)
+
+
+def driver_like_pods(core: Any, namespace: str, daemonsets: Mapping[str, Mapping[str, Any] | None],
+                     request_timeout: float) -> list[dict[str, Any]]:
+    """The pods of the gate's driver-like DaemonSets: every driver pod by the label they all carry (one list however
+    many driver DaemonSets), a vGPU or VFIO manager's by its DaemonSet's own selector; gate.evaluate keeps those the
+    named DaemonSets own."""
+    found = {podinfo_key(p): p for p in list_pods(core, namespace, pods.DRIVER_POD_SELECTOR, request_timeout)}
+    for daemonset in daemonsets.values():
+        template = (((daemonset or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+        if daemonset is None or (template.get("labels") or {}).get(pods.DRIVER_COMPONENT_LABEL) == pods.DRIVER_COMPONENT:
+            continue
+        match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+        if selector:
+            found.update({podinfo_key(p): p for p in list_pods(core, namespace, selector, request_timeout)})
+    return list(found.values())
+
+
+def podinfo_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
 def write_termination_message(path: str, result: Mapping[str, Any], log: Log) -> None:

@@ -42,6 +42,7 @@ RECHECK_SECONDS = 1800.0
 # A holder (or a node waiting for GPU work to end) watches its pods and judges every event of them; this bound is
 # only the safety net that re-establishes the watch, long so that 1,000 holders cost about one request a second.
 HOLD_WATCH_SECONDS = 1800.0
+EVICTION_RETRY_SECONDS = 30.0
 
 
 def utc_now() -> datetime.datetime:
@@ -70,10 +71,12 @@ class Pacer:
         self._next_check = 0.0
         self.revisions = revisions.DriverRevisions(apps)
         self._last_notice: tuple[str, str] | None = None
+        self._driver_sets: frozenset[str] = frozenset()
 
     def __call__(self, node: Mapping[str, Any], config_data: Any) -> labelloop.Next:
         config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
         self.node = dict(node)
+        self._driver_sets = frozenset(config.drivers)
         if config.removal is None:
             written = kube.reconcile_node(self.core, node, config, self.log)
             self.node = written or self.node
@@ -87,7 +90,7 @@ class Pacer:
         driver), or a driver pod changing (the new one Ready)."""
         pod = pod_event.get("object") or {}
         return (pod_event.get("type") == podwatch.DELETED or podinfo.is_driver_pod(pod) or podinfo.is_finished(pod)
-                or podinfo.is_terminating(pod))
+                or podinfo.is_terminating(pod) or podinfo.owner(pod, "DaemonSet") in self._driver_sets)
 
     # --- one pass ---------------------------------------------------------------------------------------
 
@@ -387,7 +390,7 @@ class Pacer:
     def _driver_pod_expected(self, config: labels.Config, rules: labels.Removal) -> bool:
         node_labels = labels_of(self._node())
         daemonset = node_labels.get(labels.DRIVER_LABEL)
-        return bool(daemonset) and node_labels.get(removal.DRIVER_DEPLOY_LABEL) == "true" and (
+        return bool(daemonset) and removal.runs_driver_like(node_labels) and (
             self._driver_revision(config, rules) is None)
 
     # --- cordon, drain, failure -------------------------------------------------------------------------
@@ -442,10 +445,13 @@ class Pacer:
     def _drain_wait(self, rules: labels.Removal) -> float:
         """How long a holder waiting for GPU work to leave may watch before its drain timeout needs judging."""
         assert self.hold is not None
+        # An eviction refused with 429 is asked again soon: nothing on the node may change until then (a
+        # PodDisruptionBudget's room frees elsewhere; a live migration KubeVirt gave up on).
+        soon = EVICTION_RETRY_SECONDS if self.hold.refused else HOLD_WATCH_SECONDS
         if not (rules.gpu_pod_eviction or rules.drain) or not rules.drain_timeout_seconds or self.hold.failed:
-            return HOLD_WATCH_SECONDS
+            return soon
         started = self.hold.drain_started if self.hold.drain_started is not None else self.clock()
-        return max(1.0, rules.drain_timeout_seconds - (self.clock() - started) + 1)
+        return min(soon, max(1.0, rules.drain_timeout_seconds - (self.clock() - started) + 1))
 
     def _fail(self, rules: labels.Removal, why: str) -> None:
         """The node stays cordoned and holds its slot, marked failed: no other node starts until it is fixed."""
@@ -460,7 +466,8 @@ class Pacer:
     def _evict(self, work: Sequence[Mapping[str, Any]]) -> None:
         assert self.hold is not None
         self._notice("info", "draining", **removal.named_pods(work))
-        podops.evict(self.core, work, self.hold.evicted, node_name=self.node_name, log=self.log)
+        self.hold.refused = podops.evict(self.core, work, self.hold.evicted, node_name=self.node_name,
+                                         log=self.log) > 0
 
     def _delete_pod(self, namespace: str, name: str, why: str) -> None:
         podops.delete_pod(self.core, namespace, name, why, node_name=self.node_name, log=self.log)

@@ -12,9 +12,12 @@ from . import pods as podinfo
 
 
 def evict(core: Any, work: Sequence[Mapping[str, Any]], evicted: set[str], *, node_name: str,
-          log: Callable[[dict[str, Any]], None]) -> None:
-    """Evict each pod of ``work`` once (``evicted`` remembers which were): a pod already going is left to go, one a
-    PodDisruptionBudget protects now is asked again on a later pass, until the drain's timeout."""
+          log: Callable[[dict[str, Any]], None]) -> int:
+    """Evict each pod of ``work`` once (``evicted`` remembers which were): a pod already going is left to go. One the
+    API server answers 429 for is asked again later, until the drain's timeout: a PodDisruptionBudget protects it
+    now, or KubeVirt's admission took the eviction of a virt-launcher pod as the order to live-migrate its VM (the
+    pod goes once the VM runs elsewhere; asking again restarts a migration that failed). Returns how many got 429."""
+    refused = 0
     for pod in work:
         ref = podinfo.ref(pod)
         if podinfo.is_terminating(pod) or ref in evicted:
@@ -28,11 +31,13 @@ def evict(core: Any, work: Sequence[Mapping[str, Any]], evicted: set[str], *, no
                 _request_timeout=kube.REQUEST_TIMEOUT_SECONDS)
         except ApiException as exc:
             if exc.status == 429:
+                refused += 1
                 log({"level": "warning", "event": "eviction-blocked", "node": node_name, "pod": ref})
                 continue
             if exc.status != 404:
                 raise
         evicted.add(ref)
+    return refused
 
 
 def delete_pod(core: Any, namespace: str, name: str, why: str, *, node_name: str,

@@ -22,6 +22,16 @@ from . import pods as podinfo
 from .labels import APPLIED_LABELS_ANNOTATION, DRIVER_LABEL, OPERANDS_LABEL, Config, applied_record, desired_patch
 
 DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
+# The operands whose pod is the node's "driver": its restart takes the GPUs from the work on the node (the driver; the
+# vGPU manager under vGPU VMs; the VFIO manager, whose preStop unbinds every GPU from vfio-pci under passthrough
+# VMs). Their DaemonSets are OnDelete and the node-pools document names each in `drivers`.
+DRIVER_LIKE_DEPLOY_LABELS = (DRIVER_DEPLOY_LABEL, "nvidia.com/gpu.deploy.vgpu-manager",
+                             "nvidia.com/gpu.deploy.vfio-manager")
+
+
+def runs_driver_like(node_labels: Mapping[str, str]) -> bool:
+    """Whether the node is deployed a driver-like operand (its deploy label is `true`)."""
+    return any(node_labels.get(label) == "true" for label in DRIVER_LIKE_DEPLOY_LABELS)
 # A pool's MIG layout, and where the MIG manager reports applying it (fact sheet §6.4): a relayout repartitions the
 # node's GPUs, so it waits for a slot and holds it until the MIG manager says success or failed.
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -258,8 +268,8 @@ def hold_reasons(node_labels: Mapping[str, str], node_pods: Sequence[Mapping[str
     if node_labels.get(MIG_STATE_LABEL) in MIG_IN_PROGRESS:
         reasons.append(f"the MIG manager is applying {node_labels.get(MIG_CONFIG_LABEL)} "
                        f"({MIG_STATE_LABEL}={node_labels.get(MIG_STATE_LABEL)})")
-    if driver and node_labels.get(DRIVER_DEPLOY_LABEL) == "true" and not any(
-        podinfo.is_driver_pod(p) and podinfo.owner(p, "DaemonSet") == driver and podinfo.is_ready(p)
+    if driver and runs_driver_like(node_labels) and not any(
+        podinfo.owner(p, "DaemonSet") == driver and podinfo.is_ready(p)
         for p in node_pods
     ):
         reasons.append(f"no Ready driver pod of DaemonSet {driver} yet")

@@ -47,8 +47,8 @@ REVISION_HASH_LABEL = "controller-revision-hash"
 
 
 def driver_pods(node_pods: Sequence[Mapping[str, Any]], daemonset: str) -> list[Mapping[str, Any]]:
-    """The node's live pods of driver DaemonSet ``daemonset``."""
-    return [p for p in node_pods if podinfo.is_driver_pod(p) and podinfo.owner(p, "DaemonSet") == daemonset
+    """The node's live pods of driver-like DaemonSet ``daemonset`` (a driver, a vGPU or VFIO manager)."""
+    return [p for p in node_pods if podinfo.owner(p, "DaemonSet") == daemonset
             and not podinfo.is_finished(p)]
 
 

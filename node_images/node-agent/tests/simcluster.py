@@ -333,6 +333,8 @@ class Server:
         self.observers: list[Callable[[str, Any, Any], None]] = []
         self.evictions: list[str] = []
         self.blocked: set[str] = set()
+        # An admission webhook on evictions (KubeVirt's): may raise to refuse one.
+        self.on_evict: Callable[[str, str], None] | None = None
 
     # --- faults ---
 
@@ -431,8 +433,10 @@ class Server:
                 node = ((pod or {}).get("spec") or {}).get("nodeName")
                 if node:
                     watches += [w for w in self._by_node.get(node, ()) if w not in watches]
+        # A DELETED event carries the object as deleted, at the deletion's resourceVersion (as the API server's
+        # does): a watch resumed from it must not replay what came before.
         for watch in watches:
-            watch.offer(event, old if event != "ADDED" else None, new if event != "DELETED" else None, encode)
+            watch.offer(event, old if event != "ADDED" else None, new, encode)
         for observer in self.observers:
             observer(kind, old, new if event != "DELETED" else None)
 
@@ -461,7 +465,7 @@ class Server:
                     break
                 missed.append(entry)
             for _, version, event, old, new in reversed(missed):
-                watch.offer(event, old if event != "ADDED" else None, new if event != "DELETED" else None, _encode)
+                watch.offer(event, old if event != "ADDED" else None, new, _encode)
         if watch.name is not None:
             self._by_name[(kind, watch.name)].append(watch)
         elif watch.node is not None:
@@ -615,6 +619,8 @@ class Api:
                 raise _error(404, "Not Found")
             if f"{namespace}/{name}" in self.server.blocked:
                 raise _error(429, "Too Many Requests")
+            if self.server.on_evict is not None:
+                self.server.on_evict(namespace, name)  # an admission webhook's say (KubeVirt's)
             self.server.evictions.append(f"{namespace}/{name}")
             self.server.terminate_pod(namespace, name)
             return {"kind": "Status", "status": "Success"}

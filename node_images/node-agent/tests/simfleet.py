@@ -27,14 +27,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import greenlet
+from kubernetes.client.exceptions import ApiException
 
 from gpustack_agent import __main__ as agent_main
-from gpustack_agent import budget, coordinate, kube, labels
+from gpustack_agent import budget, coordinate, kube, labels, removal
 from simcluster import CONFIG_MAPS, DAEMON_SETS, NODES, PODS, Api, GreenRuntime, Hub, Server
 
 NAMESPACE = "gpu-operator"
 MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 DRIVER_LABEL, DRIVER_DEPLOY = "gpu-stack/driver", "nvidia.com/gpu.deploy.driver"
+COMPONENT_LABEL, DRIVER_COMPONENT = "app.kubernetes.io/component", "nvidia-driver"
+VIRT_LAUNCHER = "virt-launcher"
+LIVE_MIGRATE = "sim.kubevirt.io/evictionStrategy"
 REVISION_HASH = "controller-revision-hash"
 EPOCH = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.timezone.utc)
 
@@ -54,6 +58,7 @@ class StepTimes:
     probe_period_s: float = 10.0
     validation_s: float = 60.0  # toolkit restart and the validator's driver, toolkit, cuda and plugin checks
     mig_apply_s: float = 30.0
+    migration_s: float = 60.0  # a VM's live migration to another node
     status_report_s: float = 300.0  # kubelet's nodeStatusReportFrequency
     config_sync_s: float = 60.0  # kubelet's ConfigMap volume sync, at most
 
@@ -122,6 +127,10 @@ class Fleet:
         # Nodes whose new driver pod never gets Ready (a driver that does not build on them).
         self.never_ready = set(never_ready)
         self._invariants = Invariants(self)
+        self.server.on_evict = self._kubevirt_eviction
+        # (VM, from node, to node) of every live migration done, and the VMs being migrated now.
+        self.migrations: list[tuple[str, str, str]] = []
+        self._migrating: set[str] = set()
         self.server.observers += [self._daemonset_controller, self._mig_manager, self._invariants.observe,
                                   self._invariants.gpu_work]
         for name, (digest, revision) in drivers.items():
@@ -153,18 +162,79 @@ class Fleet:
                                      "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
 
-    def put_daemonset(self, name: str, digest: str, revision: str, *, observed_after: float = 1.0) -> None:
-        """A driver DaemonSet whose template (digest) is at ``revision``: what `pulumi up` writes, and the
-        ControllerRevision the DaemonSet controller makes of it once it observed the new generation."""
+    def add_vm(self, node: str, name: str, *, migratable: bool, resource: str = "nvidia.com/NVIDIA_A10-12Q") -> None:
+        """A running KubeVirt VM's virt-launcher pod on ``node``, holding a vGPU; ``migratable``: its
+        evictionStrategy is LiveMigrate."""
+        self.server.put(PODS, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{VIRT_LAUNCHER}-{name}-{int(self.hub.now)}", "namespace": "vms",
+                         "labels": {"kubevirt.io": VIRT_LAUNCHER, "vm.kubevirt.io/name": name},
+                         "annotations": {LIVE_MIGRATE: "LiveMigrate" if migratable else "None"},
+                         "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                              "name": name, "uid": name, "controller": True}]},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30,
+                     "containers": [{"name": "compute", "image": "virt-launcher:1",
+                                     "resources": {"limits": {resource: "1"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+    def vms(self) -> dict[str, str]:
+        """Each running VM (not a terminating launcher) and the node it runs on."""
+        return {p["metadata"]["labels"]["vm.kubevirt.io/name"]: p["spec"]["nodeName"]
+                for p in self.server.objects[PODS].values()
+                if p["metadata"]["labels"].get("kubevirt.io") == VIRT_LAUNCHER
+                and not p["metadata"].get("deletionTimestamp")}
+
+    def _kubevirt_eviction(self, namespace: str, name: str) -> None:
+        """KubeVirt's admission of an eviction of a virt-launcher pod: a VM whose evictionStrategy is LiveMigrate is
+        migrated instead (429: the pod goes once the VM runs elsewhere); any other goes as the eviction asks."""
+        pod = self.server.get(PODS, namespace, name)
+        if pod is None or pod["metadata"].get("annotations", {}).get(LIVE_MIGRATE) != "LiveMigrate":
+            return
+        vm = pod["metadata"]["labels"]["vm.kubevirt.io/name"]
+        if vm not in self._migrating:
+            self._migrating.add(vm)
+            self.hub.at(self.hub.now + self.steps.migration_s, lambda: self._migrated(namespace, name, vm))
+        raise ApiException(status=429, reason="Eviction triggered evacuation of VMI")
+
+    def _migrated(self, namespace: str, name: str, vm: str) -> None:
+        self._migrating.discard(vm)
+        pod = self.server.get(PODS, namespace, name)
+        if pod is None:
+            return
+        source = pod["spec"]["nodeName"]
+        pool = self.node(source)["metadata"]["labels"].get(labels.POOL_LABEL)
+        targets = sorted(n["metadata"]["name"] for n in self.server.objects[NODES].values()
+                         if n["metadata"]["name"] != source and not (n.get("spec") or {}).get("unschedulable")
+                         and n["metadata"]["labels"].get(labels.POOL_LABEL) == pool)
+        if not targets:
+            return  # nowhere to go: the migration fails, and the eviction is asked again
+        target = targets[self.rng.randrange(len(targets))]
+        self.add_vm(target, vm, migratable=True, resource=next(iter(
+            pod["spec"]["containers"][0]["resources"]["limits"])))
+        self.migrations.append((vm, source, target))
+        self.server.put(PODS, {**pod, "spec": {**pod["spec"], "terminationGracePeriodSeconds": 5}})
+        self.server.terminate_pod(namespace, name)
+
+    def put_daemonset(self, name: str, digest: str, revision: str, *, observed_after: float = 1.0,
+                      component: str | None = None, deploy_label: str | None = None) -> None:
+        """A driver-like DaemonSet whose template (digest) is at ``revision``: what `pulumi up` writes, and the
+        ControllerRevision the DaemonSet controller makes of it once it observed the new generation. A driver
+        DaemonSet selects the nodes its `gpu-stack/driver` label names; a vGPU or VFIO manager's (another
+        ``component``) selects by its ``deploy_label`` alone, as NVIDIA's assets do."""
         current = self.server.get(DAEMON_SETS, self.namespace, name)
         generation = int(((current or {}).get("metadata") or {}).get("generation") or 0) + 1
+        if current is not None:  # a new template of the same DaemonSet: its pods' labels and selection stay
+            component = component or current["metadata"]["labels"][COMPONENT_LABEL]
+            deploy_label = deploy_label or next(iter(current["spec"]["template"]["spec"]["nodeSelector"]))
+        component, deploy_label = component or DRIVER_COMPONENT, deploy_label or DRIVER_DEPLOY
         self.server.put(DAEMON_SETS, {
             "apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": name, "namespace": self.namespace, "generation": generation,
-                         "labels": {"app": name, "app.kubernetes.io/component": "nvidia-driver"},
+                         "labels": {"app": name, COMPONENT_LABEL: component},
                          "annotations": {"gpu-stack/template-digest": digest}},
             "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": "OnDelete"},
-                     "template": {"metadata": {"labels": {"app": name}}}},
+                     "template": {"metadata": {"labels": {"app": name, COMPONENT_LABEL: component}},
+                                  "spec": {"nodeSelector": {deploy_label: "true"}}}},
             "status": {"observedGeneration": generation - 1}})
 
         def observe() -> None:
@@ -301,13 +371,12 @@ class Fleet:
     # --- the simulated controllers ------------------------------------------------------------------------
 
     def _driver_sets(self) -> list[dict[str, Any]]:
-        return [d for d in self.server.objects[DAEMON_SETS].values()
-                if d["metadata"]["labels"].get("app.kubernetes.io/component") == "nvidia-driver"]
+        return list(self.server.objects[DAEMON_SETS].values())
 
     def _daemonset_controller(self, kind: str, old: Any, new: Any) -> None:
         if kind == PODS and new is None and old is not None:
             node = old["spec"].get("nodeName")
-            if old["metadata"]["labels"].get("app.kubernetes.io/component") == "nvidia-driver" and node:
+            if _driver_like(old) and node:
                 self.hub.at(self.hub.now + self.steps.pod_create_s, lambda: self._sync_node_drivers(node))
         elif kind == NODES and new is not None and old is not None and (
                 old["metadata"].get("labels") != new["metadata"].get("labels")):
@@ -317,12 +386,14 @@ class Fleet:
     def _sync_node_drivers(self, node: str) -> None:
         found = self.server.get(NODES, "", node)
         node_labels = (found or {}).get("metadata", {}).get("labels") or {}
-        pods = [p for p in self.pods_on(node) if p["metadata"]["labels"].get("app.kubernetes.io/component")
-                == "nvidia-driver"]
+        pods = [p for p in self.pods_on(node) if _driver_like(p)]
         for daemonset in self._driver_sets():
             name = daemonset["metadata"]["name"]
-            selected = found is not None and node_labels.get(DRIVER_LABEL) == name and node_labels.get(
-                DRIVER_DEPLOY) == "true"
+            template = daemonset["spec"]["template"]
+            wanted = template["spec"]["nodeSelector"]
+            selected = found is not None and all(node_labels.get(k) == v for k, v in wanted.items()) and (
+                template["metadata"]["labels"].get(COMPONENT_LABEL) != DRIVER_COMPONENT
+                or node_labels.get(DRIVER_LABEL) == name)
             mine = [p for p in pods if (p["metadata"].get("ownerReferences") or [{}])[0].get("name") == name]
             if selected and not mine:
                 self._create_driver_pod(node, name)
@@ -332,15 +403,19 @@ class Fleet:
 
     def _create_driver_pod(self, node: str, daemonset: str, *, ready: bool = False) -> None:
         revision = self.revision_of(daemonset)
+        found = self.server.get(DAEMON_SETS, self.namespace, daemonset)
+        template = found["spec"]["template"] if found else {"metadata": {"labels": {}}, "spec": {}}
         name = f"{daemonset}-{node}-{int(self.hub.now * 1000)}"
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": self.namespace,
-                            "labels": {"app": daemonset, "app.kubernetes.io/component": "nvidia-driver",
+                            "labels": {"app": daemonset,
+                                       COMPONENT_LABEL: template["metadata"]["labels"].get(COMPONENT_LABEL,
+                                                                                           DRIVER_COMPONENT),
                                        REVISION_HASH: revision},
                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": daemonset,
                                                  "uid": f"uid-{daemonset}", "controller": True}]},
                "spec": {"nodeName": node, "terminationGracePeriodSeconds": self.steps.old_pod_stop_s,
-                        "nodeSelector": {DRIVER_DEPLOY: "true"},
+                        "nodeSelector": dict(template["spec"].get("nodeSelector") or {DRIVER_DEPLOY: "true"}),
                         "containers": [{"name": "nvidia-driver-ctr", "image": f"driver:{revision}",
                                         "env": [{"name": "DRIVER_CONFIG_DIGEST", "value": revision}]}]},
                "status": {"phase": "Running" if ready else "Pending",
@@ -388,7 +463,7 @@ class Fleet:
         """Before the agents start: every selected node runs a Ready driver pod at its DaemonSet's revision."""
         for (_, node), found in list(self.server.objects[NODES].items()):
             node_labels = found["metadata"]["labels"]
-            if node_labels.get(DRIVER_DEPLOY) == "true" and node_labels.get(DRIVER_LABEL):
+            if removal.runs_driver_like(node_labels) and node_labels.get(DRIVER_LABEL):
                 self._create_driver_pod(node, node_labels[DRIVER_LABEL], ready=True)
 
     # --- the invariants -----------------------------------------------------------------------------------
@@ -469,6 +544,12 @@ def labelled_nodes(document: Mapping[str, Any], base_labels: Mapping[str, str],
     return nodes
 
 
+def _driver_like(pod: Mapping[str, Any]) -> bool:
+    """A pod of a driver-like DaemonSet (a driver, a vGPU or VFIO manager): the fleet's are all in its namespace."""
+    return pod["metadata"].get("namespace") == NAMESPACE and any(
+        r.get("kind") == "DaemonSet" for r in pod["metadata"].get("ownerReferences") or [])
+
+
 def _gpu_job(pod: Mapping[str, Any]) -> bool:
     """A GPU pod of a user that is still running (not one terminating: it was drained or waited for)."""
     if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in ("Succeeded", "Failed"):
@@ -503,8 +584,7 @@ class Invariants:
         """A driver pod that starts terminating, or a MIG layout that starts being applied, while a GPU pod runs on
         the node: work taken from under."""
         if kind == PODS and new is not None and new["metadata"].get("deletionTimestamp") and not (
-                (old or {}).get("metadata") or {}).get("deletionTimestamp") and new["metadata"]["labels"].get(
-                "app.kubernetes.io/component") == "nvidia-driver":
+                (old or {}).get("metadata") or {}).get("deletionTimestamp") and _driver_like(new):
             node, what = new["spec"]["nodeName"], f"driver pod {new['metadata']['name']} deleted"
         elif kind == NODES and new is not None and new["metadata"].get("labels", {}).get(MIG_STATE) == "pending" and (
                 (old or {}).get("metadata", {}).get("labels", {}).get(MIG_STATE) != "pending"):
@@ -532,7 +612,7 @@ class Invariants:
         if (found.get("spec") or {}).get("unschedulable") or node_labels.get(MIG_STATE) == "pending":
             return True
         daemonset = node_labels.get(DRIVER_LABEL)
-        if not daemonset or node_labels.get(DRIVER_DEPLOY) != "true":
+        if not daemonset or not removal.runs_driver_like(node_labels):
             return False
         return not any((p["metadata"].get("ownerReferences") or [{}])[0].get("name") == daemonset and _ready(p)
                        for p in self.fleet.pods_on(name))

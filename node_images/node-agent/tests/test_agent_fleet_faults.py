@@ -256,3 +256,68 @@ def test_slots_go_first_come_first_served_not_by_name(load_fixture, paced_config
     assert sorted(order) == sorted(fleet.agents)
     assert order != sorted(order), "the nodes that came to need a slot together go in no order of their names"
     assert_held(fleet)
+
+
+VGPU = "nvidia-vgpu-manager-daemonset"
+VGPU_DEPLOY = "nvidia.com/gpu.deploy.vgpu-manager"
+
+
+def vgpu_fleet(load_fixture: Any, paced_config: dict[str, Any], *, seed: int, **removal: Any) -> Fleet:
+    """Four vGPU nodes on the vGPU manager (the pool's driver-like DaemonSet, node-pools config version 4), each
+    running a VM that live-migrates and one that does not; two a100 nodes beside them."""
+    config = version3(paced_config, 1, **removal)
+    config["version"] = 4
+    a100 = next(p for p in config["pools"] if p["name"] == "a100")
+    del a100["labels"]["gpu-stack/driver"]
+    a100["driverImages"] = [{"daemonSet": A100, "nodeLabels": {}}]
+    vgpu = {"name": "vgpu-a10", "gpuModel": "A10", "nodeSelector": {"gpu-stack.io/workload": "vm-vgpu"},
+            "labels": {"nvidia.com/gpu.workload.config": "vm-vgpu", "nvidia.com/vgpu.config": "A10-12Q"},
+            "deployLabels": ["nvidia.com/gpu.deploy.sandbox-device-plugin", "nvidia.com/gpu.deploy.sandbox-validator",
+                             VGPU_DEPLOY, "nvidia.com/gpu.deploy.vgpu-device-manager"],
+            "driverImages": [{"daemonSet": VGPU, "nodeLabels": {}}]}
+    # First: the vGPU nodes carry the a100 nodes' instance type too, and the first pool that matches wins.
+    config["pools"] = [vgpu, a100]
+    config["drivers"] = {A100: "aaaa0001", VGPU: "dddd0001"}
+    base = load_fixture("node-a100-labelled")["metadata"]["labels"]
+    nodes = labelled_nodes(config, base, {"vgpu-a10": 4, "a100": 2})
+    fleet = Fleet(config, nodes, drivers={}, seed=seed)
+    fleet.put_daemonset(A100, "aaaa0001", "rev1", observed_after=0)
+    fleet.put_daemonset(VGPU, "dddd0001", "rev1", observed_after=0, component="nvidia-vgpu-host-manager",
+                        deploy_label=VGPU_DEPLOY)
+    fleet.settle_driver_pods()
+    for i, node in enumerate(sorted(n for n in nodes if n.startswith("vgpu"))):
+        fleet.add_vm(node, f"web-{i}", migratable=True)
+        fleet.add_vm(node, f"db-{i}", migratable=False)
+    fleet.start()
+    fleet.hub.run(fleet.hub.now + 120)
+    return fleet
+
+
+def test_a_vgpu_manager_rolls_within_the_budget_live_migrating_the_vms_that_can(load_fixture, paced_config):
+    fleet = vgpu_fleet(load_fixture, paced_config, seed=29)
+    chaos(fleet, coordinator_restarts=False)
+    fleet.roll_drivers({VGPU: ("dddd0002", "rev2")})
+    run(fleet, rolled(fleet, VGPU))
+    assert_held(fleet)
+    assert fleet.peak == 1
+    running = fleet.vms()
+    # Every migratable VM still runs (moved, perhaps more than once, never shut down); those that cannot migrate
+    # were evicted as GPU jobs are (gpuPodEviction), each once.
+    assert sorted(v for v in running if v.startswith("web")) == [f"web-{i}" for i in range(4)]
+    assert not any(v.startswith("db") for v in running)
+    assert len([e for e in fleet.server.evictions if "db-" in e]) == 4
+    assert {vm for vm, _, _ in fleet.migrations} == {f"web-{i}" for i in range(4)}
+
+
+def test_without_eviction_a_vgpu_manager_waits_for_the_vms_that_cannot_migrate(load_fixture, paced_config):
+    fleet = vgpu_fleet(load_fixture, paced_config, seed=31, gpuPodEviction=False)
+    fleet.roll_drivers({VGPU: ("dddd0002", "rev2")})
+    fleet.hub.run(fleet.hub.now + 3600)
+    assert fleet.upgraded(VGPU, "rev2") is False and fleet.server.evictions == []
+    assert len(fleet.holders()) == 1, "one node holds its slot, cordoned, waiting for its VM"
+    for vm, node in fleet.vms().items():  # the VMs' owners shut them down, one by one
+        fleet.hub.at(fleet.hub.now + 60, lambda vm=vm: fleet.server.terminate_pod(
+            "vms", next(p["metadata"]["name"] for p in fleet.pods_on(fleet.vms().get(vm, node))
+                        if p["metadata"]["labels"].get("vm.kubevirt.io/name") == vm)))
+    run(fleet, rolled(fleet, VGPU))
+    assert_held(fleet)

@@ -435,3 +435,28 @@ def test_a_driver_pod_crash_looping_on_a_node_the_gate_does_not_judge_still_fail
 
     assert [f["node"] for f in first["failures"]] == ["ip-10-0-12-77.ec2.internal"]
     assert again["status"] == "failed"
+
+
+def _manager_daemonset(name: str, app: str) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": app}},
+                     "template": {"metadata": {"labels": {"app": app}}}}}
+
+
+def test_the_gate_lists_a_vgpu_managers_pods_by_its_own_selector_and_every_driver_by_one_label():
+    """A vGPU or VFIO manager pod does not carry the driver's component label: the gate finds it by its DaemonSet's
+    selector, while all driver DaemonSets share one list however many there are."""
+    core = fake_api()
+    listed = {"app.kubernetes.io/component=nvidia-driver": [driver_pod("a100-pod", A100_NODE, A100_DS)],
+              "app=nvidia-vgpu-manager-daemonset": [driver_pod("vgpu-pod", H100_NODE, "vgpu")]}
+    core.list_namespaced_pod.side_effect = lambda namespace, label_selector, _request_timeout: model(
+        {"items": listed.get(label_selector, [])}, "V1PodList")
+    a100 = {"metadata": {"name": A100_DS}, "spec": {"selector": {"matchLabels": {"app": A100_DS}}, "template": {
+        "metadata": {"labels": {"app": A100_DS, "app.kubernetes.io/component": "nvidia-driver"}}}}}
+    daemonsets = {A100_DS: a100, "vgpu": _manager_daemonset("vgpu", "nvidia-vgpu-manager-daemonset"), "gone": None}
+
+    found = kube.driver_like_pods(core, "gpu-operator", daemonsets, 5.0)
+
+    assert sorted(p["metadata"]["name"] for p in found) == ["a100-pod", "vgpu-pod"]
+    assert [c.kwargs["label_selector"] for c in core.list_namespaced_pod.call_args_list] == [
+        "app.kubernetes.io/component=nvidia-driver", "app=nvidia-vgpu-manager-daemonset"]
