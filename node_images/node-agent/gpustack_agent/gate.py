@@ -44,7 +44,7 @@ SANDBOX_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.sandb
 # (as NVIDIA's do), so VALIDATOR_POD_SELECTOR finds them; label selectors cannot OR, so these nodes are listed
 # apart and judged with the rest.
 DRA_NODE_SELECTOR = "nvidia.com/gpu.present=true,nvidia.com/gpu.deploy.dra-validator=true"
-SANDBOX_VALIDATOR_POD_SELECTOR = "app=nvidia-sandbox-validator"
+SANDBOX_VALIDATOR_POD_SELECTOR = f"app={podinfo.SANDBOX_VALIDATOR_APP}"
 RESULT_ANNOTATION = "gpu-stack/validation"
 
 VALIDATED = "validated"

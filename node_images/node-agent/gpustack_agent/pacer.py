@@ -11,11 +11,11 @@ coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`
   as a driver upgrade: evicted with ``gpuPodEviction`` or ``drain``; a removal evicts only with ``drain``, and
   without it gives the slot back while GPU work runs and asks again once it ended), the change is applied, and the
   slot is held until the node is through (:func:`removal.hold_reasons`);
-- a driver upgrade (version 3, ``driverUpgrade: rolling``) is granted without being asked: the coordinator sees
-  the node's driver pod is out of date from the ``gpu-stack/driver-revision`` label the agent keeps. The node is
-  cordoned, its GPU pods evicted (or waited for), its driver pod deleted so that the OnDelete DaemonSet creates the
-  new one, and once that one is Ready (its readiness probe waits for the validator) the node is uncordoned and the
-  slot given back. A new driver not Ready within ``nodeReadyTimeoutSeconds`` leaves the node cordoned and its slot
+- a driver upgrade (version 3, ``driverUpgrade: rolling``; a vGPU or VFIO manager's too) is granted unasked: the
+  coordinator sees the pod is out of date from the ``gpu-stack/driver-revision`` label the agent keeps. The node is
+  cordoned, its GPU pods and VMs evicted (KubeVirt live-migrates those it can) or waited for, the old pod deleted
+  for the OnDelete DaemonSet to create the new one; once that is Ready (and validated) the node is uncordoned and
+  the slot given back. One not Ready within ``nodeReadyTimeoutSeconds`` leaves the node cordoned and its slot
   marked failed, which halts the rollout.
 
 A node shows its step in ``gpu-stack/upgrade-state`` (:data:`upgrade.STATES`). Waiting costs the API server
@@ -86,11 +86,11 @@ class Pacer:
         return wait
 
     def wants(self, pod_event: Mapping[str, Any]) -> bool:
-        """Whether a pod event on this node can move it on: a pod gone or finishing (GPU work, an operand, the old
-        driver), or a driver pod changing (the new one Ready)."""
+        """Whether a pod event can move the node on: a pod going, or a driver-like or sandbox validator pod changing."""
         pod = pod_event.get("object") or {}
         return (pod_event.get("type") == podwatch.DELETED or podinfo.is_driver_pod(pod) or podinfo.is_finished(pod)
-                or podinfo.is_terminating(pod) or podinfo.owner(pod, "DaemonSet") in self._driver_sets)
+                or podinfo.is_terminating(pod) or podinfo.owner(pod, "DaemonSet") in self._driver_sets
+                or podinfo.is_sandbox_validator(pod))
 
     # --- one pass ---------------------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from typing import Any, Iterable, Mapping, Sequence
 DRIVER_COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"
 DRIVER_POD_SELECTOR = f"{DRIVER_COMPONENT_LABEL}={DRIVER_COMPONENT}"
+# NVIDIA's sandbox validator (VM nodes): its `app` label, fixed by the operator's asset.
+SANDBOX_VALIDATOR_APP = "nvidia-sandbox-validator"
 
 # Waiting reasons that do not clear up by waiting: the image cannot be had, the container cannot be created, or
 # it keeps crashing.
@@ -63,6 +65,10 @@ def owner(pod: Mapping[str, Any], kind: str) -> str | None:
 
 def is_driver_pod(pod: Mapping[str, Any]) -> bool:
     return (metadata(pod).get("labels") or {}).get(DRIVER_COMPONENT_LABEL) == DRIVER_COMPONENT
+
+
+def is_sandbox_validator(pod: Mapping[str, Any]) -> bool:
+    return (metadata(pod).get("labels") or {}).get("app") == SANDBOX_VALIDATOR_APP
 
 
 def is_orphan(pod: Mapping[str, Any]) -> bool:

@@ -113,11 +113,24 @@ def outdated_pod(node_pods: Sequence[Mapping[str, Any]], daemonset: str, revisio
 
 
 def upgraded(node_pods: Sequence[Mapping[str, Any]], daemonset: str, revision: str) -> bool:
-    """Whether the node runs exactly one driver pod of ``daemonset``, at ``revision`` and Ready: its readiness
-    probe passes only once the node's validator wrote its files, so the node can run GPU work again."""
+    """Whether the node runs exactly one driver pod of ``daemonset``, at ``revision`` and Ready: a driver's readiness
+    probe passes only once the node's validator wrote its files, so the node can run GPU work again. A vGPU or VFIO
+    manager has no such probe: its node is back once the sandbox validator passed after it."""
     live = driver_pods(node_pods, daemonset)
-    return len(live) == 1 and podinfo.is_ready(live[0]) and (
-        (podinfo.metadata(live[0]).get("labels") or {}).get(REVISION_HASH_LABEL) == revision)
+    if not (len(live) == 1 and podinfo.is_ready(live[0]) and (
+            (podinfo.metadata(live[0]).get("labels") or {}).get(REVISION_HASH_LABEL) == revision)):
+        return False
+    return podinfo.is_driver_pod(live[0]) or sandbox_validated_after(node_pods, live[0])
+
+
+def sandbox_validated_after(node_pods: Sequence[Mapping[str, Any]], manager: Mapping[str, Any]) -> bool:
+    """Whether a sandbox validator pod created no earlier than ``manager`` is Ready. The manager's
+    k8s-driver-manager pauses the sandbox validator while it (re)loads the host driver (fact sheet §5.3 step 4),
+    so the validator pod that passes after a restart is a new one, whose init containers waited for the new
+    manager's `vgpu-manager-ready` or `vfio-pci-ready`; the one from before says nothing of the new manager."""
+    since = str(podinfo.metadata(manager).get("creationTimestamp") or "")
+    return any(podinfo.is_sandbox_validator(p) and podinfo.is_ready(p) and not podinfo.is_terminating(p)
+               and str(podinfo.metadata(p).get("creationTimestamp") or "") >= since for p in node_pods)
 
 
 def cordoned_by_us(node: Mapping[str, Any]) -> bool:

@@ -38,6 +38,7 @@ MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 DRIVER_LABEL, DRIVER_DEPLOY = "gpu-stack/driver", "nvidia.com/gpu.deploy.driver"
 COMPONENT_LABEL, DRIVER_COMPONENT = "app.kubernetes.io/component", "nvidia-driver"
 VIRT_LAUNCHER = "virt-launcher"
+SANDBOX_VALIDATOR = "nvidia-sandbox-validator"
 LIVE_MIGRATE = "sim.kubevirt.io/evictionStrategy"
 REVISION_HASH = "controller-revision-hash"
 EPOCH = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.timezone.utc)
@@ -406,8 +407,9 @@ class Fleet:
         found = self.server.get(DAEMON_SETS, self.namespace, daemonset)
         template = found["spec"]["template"] if found else {"metadata": {"labels": {}}, "spec": {}}
         name = f"{daemonset}-{node}-{int(self.hub.now * 1000)}"
+        manager = template["metadata"]["labels"].get(COMPONENT_LABEL, DRIVER_COMPONENT) != DRIVER_COMPONENT
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "namespace": self.namespace,
+               "metadata": {"name": name, "namespace": self.namespace, "creationTimestamp": self.timestamp(),
                             "labels": {"app": daemonset,
                                        COMPONENT_LABEL: template["metadata"]["labels"].get(COMPONENT_LABEL,
                                                                                            DRIVER_COMPONENT),
@@ -422,12 +424,20 @@ class Fleet:
                           "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
         self.server.put(PODS, pod)
         if ready:
+            if manager:
+                self._sandbox_validator(node, ready=True)
             return
+        if manager:
+            self._pause_sandbox_validator(node)
 
         def running() -> None:
             current = self.server.get(PODS, self.namespace, name)
             if current is not None and not current["metadata"].get("deletionTimestamp"):
-                self.server.put(PODS, {**current, "status": {**current["status"], "phase": "Running"}})
+                # A vGPU or VFIO manager has no probe: Ready once running; its validation is the sandbox validator's.
+                self.server.put(PODS, {**current, "status": {"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True" if manager else "False"}]}})
+                if manager:
+                    self._sandbox_validator(node, ready=False)
 
         def ready_now() -> None:
             current = self.server.get(PODS, self.namespace, name)
@@ -436,6 +446,41 @@ class Fleet:
                     {"type": "Ready", "status": "True"}]}})
         self.hub.at(self.hub.now + self.steps.init_s(), running)
         self.hub.at(self.hub.now + self.steps.ready_after_start(), ready_now)
+
+    def timestamp(self) -> str:
+        return (EPOCH + datetime.timedelta(seconds=self.hub.now)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _pause_sandbox_validator(self, node: str) -> None:
+        """k8s-driver-manager in a new vGPU or VFIO manager pod pauses the node's sandbox validator (§5.3 step 4)."""
+        for pod in self.pods_on(node):
+            if pod["metadata"]["labels"].get("app") == SANDBOX_VALIDATOR and not pod["metadata"].get(
+                    "deletionTimestamp"):
+                self.server.terminate_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def _sandbox_validator(self, node: str, *, ready: bool) -> None:
+        """The sandbox validator pod, created once the labels are restored; its init containers pass once the
+        manager loaded the host driver."""
+        name = f"{SANDBOX_VALIDATOR}-{node}-{int(self.hub.now * 1000)}"
+        self.server.put(PODS, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "creationTimestamp": self.timestamp(),
+                         "labels": {"app": SANDBOX_VALIDATOR},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": SANDBOX_VALIDATOR,
+                                              "uid": f"uid-{SANDBOX_VALIDATOR}", "controller": True}]},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 5,
+                     "containers": [{"name": "nvidia-sandbox-validator", "image": "validator:1"}]},
+            "status": {"phase": "Running" if ready else "Pending",
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+        if ready:
+            return
+
+        def validated() -> None:
+            current = self.server.get(PODS, self.namespace, name)
+            if current is not None and not current["metadata"].get("deletionTimestamp") and (
+                    node not in self.never_ready):
+                self.server.put(PODS, {**current, "status": {"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True"}]}})
+        self.hub.at(self.hub.now + self.steps.install_s + self.steps.validation_s, validated)
 
     def _mig_manager(self, kind: str, old: Any, new: Any) -> None:
         if kind != NODES or new is None:
@@ -546,8 +591,8 @@ def labelled_nodes(document: Mapping[str, Any], base_labels: Mapping[str, str],
 
 def _driver_like(pod: Mapping[str, Any]) -> bool:
     """A pod of a driver-like DaemonSet (a driver, a vGPU or VFIO manager): the fleet's are all in its namespace."""
-    return pod["metadata"].get("namespace") == NAMESPACE and any(
-        r.get("kind") == "DaemonSet" for r in pod["metadata"].get("ownerReferences") or [])
+    return pod["metadata"].get("namespace") == NAMESPACE and pod["metadata"]["labels"].get("app") != (
+        SANDBOX_VALIDATOR) and any(r.get("kind") == "DaemonSet" for r in pod["metadata"].get("ownerReferences") or [])
 
 
 def _gpu_job(pod: Mapping[str, Any]) -> bool:
