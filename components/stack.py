@@ -19,9 +19,9 @@ from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
-from components.kit.driver_targets import ValidatedFiles, plan_targets, targets_of_pool
+from components.kit.driver_targets import ValidatedFiles, plan_targets
 from components.kit.node_inventory import NodeInventory
-from components.kit.node_labeler import DriverImage, NodeLabeler, Removal
+from components.kit.node_labeler import NodeLabeler, Removal
 from components.kit.stack_inputs import gpudirect_sidecars, operands
 from components.kit.validation_gate import ValidationGate
 from components.kit.waves import DriverWaves
@@ -91,6 +91,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         self._driver_daemonsets = plan_driver_daemonsets(
             self._ops, self._driver_targets, cfg.upgrade, self._validated_files(), cfg.driver
         )
+        self._plan_vm_managers()
         self.states = {}
         builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
             "pre-requisites": self._prerequisites,
@@ -192,11 +193,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             pools=cfg.node_pools,
             # pool -> its driver DaemonSets, one per node image; the agent writes the one of the image a node runs
             # as the node's gpu-stack/driver label
-            driver_images={
-                pool.name: [DriverImage(t.daemonset, dict(t.node_labels)) for t in targets_of_pool(self._driver_targets, pool.name)]
-                for pool in cfg.driver_pools
-            },
-            driver_digests={d.target.daemonset: d.digest for d in self._driver_daemonsets},
+            driver_images=self._driver_like_images(),
+            driver_digests=self._driver_like_digests(),
             sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
             removal=Removal.of(cfg.upgrade, cfg.cluster.namespace),
@@ -489,7 +487,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             mode=cfg.validation.mode,
             timeout_seconds=cfg.validation.timeout_seconds,
             stack_digest=stack_digest(cfg),
-            driver_daemonsets=[t.daemonset for t in self._driver_targets],
+            driver_daemonsets=list(self._driver_like_digests()),
             pools=cfg.node_pools,
             sandbox_validator="state-sandbox-validation" in self.states,
             dra_validator="state-dra-validation" in self.states,

@@ -1,4 +1,5 @@
-"""VmStates: GpuStack's factories for the VM-workload states (vGPU, sandbox, VFIO, Kata, CC, KubeVirt).
+"""VmStates: GpuStack's factories for the VM-workload states (vGPU, sandbox, VFIO, Kata, CC, KubeVirt), and the
+driver-like DaemonSets of every pool (drivers, vGPU and VFIO managers) that the agents roll.
 
 A mixin only to keep components/stack.py short: GpuStack.__init__ still lists every state's factory, these
 among them, in state order (components/states/order.py), and each component is a child of the GpuStack.
@@ -17,9 +18,13 @@ from components.states.kata_device_plugin import KataDevicePlugin
 from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.states.sandbox_device_plugin import SandboxDevicePlugin
 from components.states.sandbox_validator import SandboxValidator
-from components.states.vfio_manager import VfioManager
+from components.kit.agent_rolled import RolledDaemonSet
+from components.kit.driver_targets import DriverTarget, targets_of_pool
+from components.kit.node_labeler import DriverImage
+from components.states.driver import DriverDaemonSet
+from components.states.vfio_manager import VfioManager, plan_vfio_manager
 from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager, vgpu_manager_flavours
+from components.states.vgpu_manager import VgpuManager, plan_vgpu_managers, vgpu_manager_flavours
 
 
 class VmStates:
@@ -29,21 +34,49 @@ class VmStates:
     _ops: Operands
     _opts: Callable[[], pulumi.ResourceOptions]
 
+    _driver_targets: list[DriverTarget]
+    _driver_daemonsets: list[DriverDaemonSet]
+    _vgpu_managers: list[RolledDaemonSet]
+    _vfio_managers: list[RolledDaemonSet]
+
     def _vm_pools(self) -> bool:
         return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
 
+    def _plan_vm_managers(self) -> None:
+        """The vGPU and VFIO manager DaemonSets, planned up front as the drivers are: `node-labeling`, earlier in the
+        state order, names each one's template digest, and the node agents roll them within the fleet's budget."""
+        cfg = self._cfg
+        self._vgpu_managers = []
+        if cfg.pools_of("vm-vgpu"):
+            assert cfg.vgpu.manager_image is not None  # load_config requires it with a vm-vgpu pool
+            self._vgpu_managers = plan_vgpu_managers(
+                self._ops, image=cfg.vgpu.manager_image, upgrade=cfg.upgrade, flavours=vgpu_manager_flavours(cfg),
+                kernel_module_config=cfg.vgpu.kernel_module_config)
+        self._vfio_managers = [plan_vfio_manager(self._ops)] if cfg.pools_of("vm-passthrough") else []
+
+    def _driver_like_images(self) -> dict[str, list[DriverImage]]:
+        """Each pool's driver-like DaemonSets, which its nodes' agents write as their gpu-stack/driver label and roll:
+        a driver pool's drivers (one per node image), a VM pool's vGPU manager (per RHCOS build) or VFIO manager."""
+        images = {pool.name: [DriverImage(t.daemonset, dict(t.node_labels)) for t in targets_of_pool(self._driver_targets, pool.name)]
+                  for pool in self._cfg.driver_pools}
+        rolled = {**{p.name: self._vgpu_managers for p in self._cfg.pools_of("vm-vgpu")},
+                  **{p.name: self._vfio_managers for p in self._cfg.pools_of("vm-passthrough")}}
+        return {**images, **{pool: [DriverImage(r.name, r.node_labels) for r in sets] for pool, sets in rolled.items()}}
+
+    def _driver_like_digests(self) -> dict[str, str]:
+        """Every driver-like DaemonSet and its template digest: what the agents roll and the final gate awaits."""
+        return {**{d.target.daemonset: d.digest for d in self._driver_daemonsets},
+                **{r.name: r.digest for r in [*self._vgpu_managers, *self._vfio_managers]}}
+
     def _vgpu_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuManager]:
-        image = self._cfg.vgpu.manager_image
-        if not self._cfg.pools_of("vm-vgpu"):
+        if not self._vgpu_managers:
             return None
-        assert image is not None  # load_config requires it with a vm-vgpu pool
+        assert self._cfg.vgpu.manager_image is not None
         return VgpuManager(
             "state-vgpu-manager",
             ops=self._ops,
-            image=image,
-            upgrade=self._cfg.upgrade,
-            flavours=vgpu_manager_flavours(self._cfg),
-            kernel_module_config=self._cfg.vgpu.kernel_module_config,
+            image=self._cfg.vgpu.manager_image,
+            planned=self._vgpu_managers,
             depends_on=after,
             opts=self._opts(),
         )
@@ -75,9 +108,9 @@ class VmStates:
         )
 
     def _vfio_manager(self, after: list[pulumi.Resource]) -> Optional[VfioManager]:
-        if not self._cfg.pools_of("vm-passthrough"):
+        if not self._vfio_managers:
             return None
-        return VfioManager("state-vfio-manager", ops=self._ops, depends_on=after, opts=self._opts())
+        return VfioManager("state-vfio-manager", ops=self._ops, planned=self._vfio_managers[0], depends_on=after, opts=self._opts())
 
     def _sandbox_device_plugin(self, after: list[pulumi.Resource]) -> Optional[SandboxDevicePlugin]:
         if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":

@@ -12,6 +12,7 @@ change-safety suite report.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -20,8 +21,10 @@ from gpustack.mockrun import Recording, Registration
 from gpustack.render import integral
 
 CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
-# components/states/vgpu_manager.py DAEMONSET; gpustack reads renders, not the program's modules, for its rules.
-VGPU_MANAGER_DAEMONSET = "nvidia-vgpu-manager-daemonset"
+# components/kit/agent_rolled.py and components/kit/node_labeler.py; gpustack reads renders, not the program's
+# modules, for its rules.
+TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
+NODE_POOLS_CONFIGMAP, NODE_POOLS_KEY = "gpu-stack-node-pools", "node-pools.json"
 # A gate Job replaced is a gate run again: the point of rendering it with a digest of what it judges.
 RERUN = "rerun"
 ACTIONS = (CREATE, UPDATE, REPLACE, RERUN, DELETE)
@@ -213,7 +216,7 @@ def plan(before: Recording, after: Recording) -> Plan:
             )
     result = Plan(changes, blocked)
     result.dangers = dangers(result, before, after)
-    result.notes = notes(result, before)
+    result.notes = notes(result, before, after)
     return result
 
 
@@ -277,20 +280,47 @@ def dangers(result: Plan, before: Recording, after: Recording) -> list[tuple[str
     return found
 
 
-def notes(result: Plan, before: Recording) -> list[tuple[str, str]]:
-    old_by_urn = before.by_urn()
+def notes(result: Plan, before: Recording, after: Recording) -> list[tuple[str, str]]:
+    old_by_urn, new_by_urn = before.by_urn(), after.by_urn()
     found = []
     for change in result.changes:
         if change.action == DELETE and _is_driver(old_by_urn[change.urn]) and image_changes.is_image_daemonset(old_by_urn[change.urn]):
             found.append(("node-image-removed", image_changes.removed_note(change.label, old_by_urn[change.urn])))
-        elif change.action == UPDATE and change.kind == "DaemonSet" and any(f.startswith("spec") for f in change.fields) and (
-            (change.identity or "").endswith(f"/{VGPU_MANAGER_DAEMONSET}")
+        elif change.action == UPDATE and change.kind == "DaemonSet" and "spec.template" in change.fields and (
+            _is_vm_manager(new_by_urn[change.urn])
         ):
-            namespace = (change.identity or "").split("/")[1]
-            found.append(("vgpu-manager-on-delete", f"{change.label} changes its pods, which reach a node only when its pod "
-                          "is deleted (OnDelete: a restart stops every VM of the node); move each node's VMs, then "
-                          f"`kubectl -n {namespace} delete pod -l app={VGPU_MANAGER_DAEMONSET} --field-selector spec.nodeName=<node>`"))
+            found.append(("vm-manager-rolled", _vm_manager_note(change.label, _driver_upgrade(after))))
     return found
+
+
+def _is_vm_manager(registration: Registration) -> bool:
+    """A driver-like DaemonSet of VM nodes (a vGPU manager, per RHCOS build too, or the VFIO manager): rolled by the
+    node agents as drivers are (it carries a template digest), but not a driver."""
+    annotations = (registration.inputs.get("metadata") or {}).get("annotations") or {}
+    return TEMPLATE_DIGEST_ANNOTATION in annotations and not _is_driver(registration)
+
+
+def _vm_manager_note(label: str, driver_upgrade: Optional[str]) -> str:
+    if driver_upgrade == "rolling":
+        return (f"{label} changes its pods; the node agents roll it node by node within upgrade.maxUnavailable: each "
+                "node is cordoned, its VMs evicted (KubeVirt live-migrates those whose evictionStrategy is LiveMigrate; "
+                "the others follow upgrade.gpuPodEviction and upgrade.drain, or are waited for), its pod replaced, and "
+                "it is uncordoned once the sandbox validator passed again")
+    return (f"{label} changes its pods, which reach a node only when its pod is deleted (OnDelete: a restart takes the "
+            "GPUs from every VM of the node) and upgrade.strategy is not 'rolling', so no agent rolls it: move each "
+            "node's VMs, then delete its pod")
+
+
+def _driver_upgrade(recording: Recording) -> Optional[str]:
+    """`removal.driverUpgrade` of the node-pools document the render gives the agents, None without one."""
+    for registration in recording.registrations:
+        if registration.type == "kubernetes:core/v1:ConfigMap" and registration.name == NODE_POOLS_CONFIGMAP:
+            text = (registration.inputs.get("data") or {}).get(NODE_POOLS_KEY)
+            try:
+                return ((json.loads(text) if isinstance(text, str) else {}).get("removal") or {}).get("driverUpgrade")
+            except ValueError:
+                return None
+    return None
 
 
 def _cluster_dangers(result: Plan) -> list[tuple[str, str]]:

@@ -114,9 +114,9 @@ Each error names the key to change.
   wave, host-driver and VM pools in none; wave names are unique. With `expectedNodes`, each gate's timeout must
   leave its wave's declared nodes time to roll within the fleet budget (`maxUnavailable`, a percentage of every
   declared node, capped by `maxParallelUpgrades`).
-- `nodeAgent.image` must be 0.8.0 or later by its tag (a digest is taken on trust): older images have no upgrade
-  coordinator (`coordinate`), which grants the fleet budget, and agents before 0.7.0 cannot read the version-4
-  node-pools document (a driver DaemonSet per node image).
+- `nodeAgent.image` must be 0.9.0 or later by its tag (a digest is taken on trust): 0.8.0 does not roll the VM
+  pools' vGPU and VFIO managers, older images have no upgrade coordinator (`coordinate`), which grants the fleet
+  budget, and agents before 0.7.0 cannot read the version-4 node-pools document (a driver DaemonSet per node image).
 - `registry.credentials` and the secret `registryPassword` are set together.
 - And the rules that predate sharing: no `toolkit.runtimeSocket` with cri-o; `nodeAgent.image` unless labelling
   and validation are off; `validation.mode` other than `off` needs the toolkit.

@@ -68,7 +68,7 @@ BAD = [
     ("nfd mode", setter("gpu-stack:nfd", "mode", value="auto"), "gpu-stack:nfd.mode", "'deploy', 'existing'"),
     ("agent image missing", deleter("gpu-stack:nodeAgent", "image"), "gpu-stack:nodeAgent.image", "required"),
     ("agent image untagged", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent"), "gpu-stack:nodeAgent.image", "no tag"),
-    ("agent without the upgrade coordinator", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.3.0"), "gpu-stack:nodeAgent.image", "use 0.8.0 or later"),
+    ("agent without the upgrade coordinator", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.3.0"), "gpu-stack:nodeAgent.image", "use 0.9.0 or later"),
     ("registry", setter("gpu-stack:registry", "override", value="https://mirror"), "gpu-stack:registry.override", "host[:port]"),
     ("pull secret", setter("gpu-stack:registry", "pullSecrets", value=["Bad_Name"]), "gpu-stack:registry.pullSecrets", "Secret name"),
     ("strategy", setter("gpu-stack:daemonsets", "updateStrategy", value="Recreate"), "gpu-stack:daemonsets.updateStrategy", "'RollingUpdate', 'OnDelete'"),

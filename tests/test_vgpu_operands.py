@@ -73,12 +73,13 @@ import pulumi
 from components.config import load_config, program_config
 from components.kit.stack_inputs import kubernetes_provider, operands
 from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager
+from components.states.vgpu_manager import VgpuManager, plan_vgpu_managers
 
 cfg = load_config(program_config())
 ops = operands(cfg)
 opts = pulumi.ResourceOptions(providers=[kubernetes_provider(cfg)])
-manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, upgrade=cfg.upgrade, opts=opts)
+planned = plan_vgpu_managers(ops, image={image!r}, upgrade=cfg.upgrade)
+manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, planned=planned, opts=opts)
 VgpuDeviceManager("state-vgpu-device-manager", ops=ops, default_config={default!r}, depends_on=[manager], opts=opts)
 """
 
@@ -574,7 +575,7 @@ def test_config_checks_for_a_pool():
     assert vgpu_catalog.config_problem_for_pci_id("default", "0x20B1") == "0x20B1 is no vGPU-capable GPU"
 
 
-def test_a_new_vgpu_manager_image_is_a_safe_update_with_a_note_on_how_it_reaches_each_node():
+def test_a_new_vgpu_manager_image_is_a_safe_update_the_agents_roll_within_the_budget():
     from gpustack import changes
     from stacktest import render
 
@@ -586,5 +587,21 @@ def test_a_new_vgpu_manager_image_is_a_safe_update_with_a_note_on_how_it_reaches
     assert [c.label for c in plan.changes if c.action == changes.UPDATE and c.kind == "DaemonSet"] == [
         "DaemonSet/gpu-operator/nvidia-vgpu-manager-daemonset"
     ]
-    (note,) = [message for topic, message in plan.notes if topic == "vgpu-manager-on-delete"]
-    assert "--field-selector spec.nodeName=<node>" in note and "move each node's VMs" in note
+    # The node-pools document names the new template digest, which is what the agents roll to.
+    assert "ConfigMap/gpu-operator/gpu-stack-node-pools" in [c.label for c in plan.changes if c.action == changes.UPDATE]
+    (note,) = [message for topic, message in plan.notes if topic == "vm-manager-rolled"]
+    assert "within upgrade.maxUnavailable" in note and "live-migrates" in note and "kubectl" not in note
+
+
+def test_with_manual_upgrades_the_vgpu_manager_note_says_no_agent_rolls_it():
+    from gpustack import changes
+    from stacktest import render
+
+    manual = config()
+    manual.setdefault("gpu-stack:upgrade", {})["strategy"] = "manual"
+    before = render(manual, stack="kubevirt")
+    manual["gpu-stack:vgpu"]["managerImage"] = "harbor.platform.internal/gpu-stack/vgpu-manager:580.105.08-ubuntu22.04"
+    plan = changes.plan(before, render(manual, stack="kubevirt"))
+
+    (note,) = [message for topic, message in plan.notes if topic == "vm-manager-rolled"]
+    assert "no agent rolls it" in note and "move each node's VMs" in note

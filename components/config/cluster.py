@@ -290,11 +290,12 @@ class Nfd(_Model):
 
 
 # The node-pools document this program writes is version 4 (components/kit/node_labeler.py), and the program runs
-# the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots:
-# 0.8.0 is the first agent image with both. With an older one the coordinator cannot start and agents before 0.7.0
-# refuse the document, so a stack would apply and then never upgrade a driver: refused here, where the tag says so
-# (a digest cannot be judged and is taken on trust).
-MIN_NODE_AGENT_VERSION = (0, 8, 0)
+# the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots,
+# also for the VM pools' vGPU and VFIO managers: 0.9.0 is the first agent image that rolls those. With an older
+# one the managers never roll (0.8.0), the coordinator cannot start, or agents refuse the document (before 0.7.0),
+# so a stack would apply and then never upgrade: refused here, where the tag says so (a digest cannot be judged and
+# is taken on trust).
+MIN_NODE_AGENT_VERSION = (0, 9, 0)
 _SEMVER_TAG = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:[-+].*)?")
 
 

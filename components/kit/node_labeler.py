@@ -166,10 +166,11 @@ def agent_config(
     removal: Removal,
     sandbox_mode: str = "kubevirt",
 ) -> dict:
-    """The document the agent reads; pool order is match order (first match wins). `driver_images`: each driver
-    pool's DaemonSets, one per node image, which the agent writes as the node's gpu-stack/driver label by the node
-    image the node runs. `driver_digests`: every driver DaemonSet of the stack and its `gpu-stack/template-digest`,
-    the template the agent upgrades a node to once the DaemonSet in the cluster carries it."""
+    """The document the agent reads; pool order is match order (first match wins). `driver_images`: each pool's
+    driver-like DaemonSets (drivers, one per node image; a VM pool's vGPU or VFIO manager), which the agent writes
+    as the node's gpu-stack/driver label by the node image the node runs. `driver_digests`: every driver-like
+    DaemonSet of the stack and its `gpu-stack/template-digest`, the template the agent upgrades a node to once the
+    DaemonSet in the cluster carries it."""
     return {
         "version": CONFIG_VERSION,
         "gpuNodeLabels": list(consts.NFD_GPU_LABELS),

@@ -56,7 +56,6 @@ from pulumi_kubernetes.core.v1 import (
     ProbeArgs,
     VolumeArgs,
 )
-from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, LabelSelectorRequirementArgs
 
 from components.catalogs import consts
@@ -90,7 +89,7 @@ from components.kit.driver_extensions import (
     wait_for_completion_tolerations,
 )
 from components.kit import openshift
-from components.kit.digest import template_digest
+from components.kit.agent_rolled import UPDATE_STRATEGY, agent_rolled
 from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
 from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
 
@@ -173,10 +172,6 @@ def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequenc
     )
 
 
-# OnDelete for `rolling` too: the node agent replaces each node's pod within the fleet budget, which a DaemonSet's own
-# maxUnavailable (one budget per DaemonSet, blind to the others and to the agents' other disruptions) cannot bound.
-UPDATE_STRATEGY = DaemonSetUpdateStrategyArgs(type="OnDelete")
-TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
 
 CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
@@ -226,8 +221,8 @@ def plan_driver_daemonsets(
     plans = []
     for target in targets:
         parts = driver_daemonset_parts(ops, target, upgrade, validated_files, settings)
-        digest = template_digest(parts.spec.template)
-        plans.append(DriverDaemonSet(target, parts.annotated({TEMPLATE_DIGEST_ANNOTATION: digest}), digest))
+        rolled = agent_rolled(parts)
+        plans.append(DriverDaemonSet(target, rolled.parts, rolled.digest))
     return plans
 
 

@@ -6,10 +6,13 @@ makes sure no NVIDIA kernel driver holds the GPUs (pausing the node's GPU operan
 one is loaded), then the main container binds all GPUs to vfio-pci and stays up so that its preStop gives them
 back when the pod goes. The sandbox validator's `vfio-pci-validation` waits for that binding.
 
-The init's env is the asset's and not the stack's upgrade policy: VM pools run no driver DaemonSet, so there is
-nothing to roll, and with eviction and auto-drain off the driver manager fails (and retries) rather than
-evicting workloads if a loaded driver is still in use. Its RBAC is the asset's, narrower than the driver's: no
-drain ever runs, so it needs no DaemonSet or ResourceClaim reads.
+The init's env is the asset's and not the stack's upgrade policy: with eviction and auto-drain off the driver
+manager fails (and retries) rather than evicting workloads if a loaded driver is still in use. Its RBAC is the
+asset's, narrower than the driver's: no drain ever runs in it, so it needs no DaemonSet or ResourceClaim reads.
+
+The DaemonSet is OnDelete and rolled by the node agents within the fleet's one budget (components/kit/
+agent_rolled.py): the pod's preStop unbinds every GPU from vfio-pci, so a restart under running passthrough VMs
+would pull their GPUs. The node is cordoned and its VMs moved or waited for first, as for a driver upgrade.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from components.kit.builders import (
     env,
     host_path,
     mount,
-    operand_daemonset,
+    operand_daemonset_parts,
+    register_daemonset,
 )
+from components.kit.agent_rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
 from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-vfio-manager"
@@ -108,6 +113,25 @@ def vfio_manager(image: str) -> ContainerArgs:
     )
 
 
+def plan_vfio_manager(ops: Operands) -> RolledDaemonSet:
+    """The VFIO manager DaemonSet, planned before `node-labeling` names its template digest: the node agents roll
+    it as they roll drivers, since its preStop unbinds every GPU of the node from vfio-pci under the VMs using them."""
+    # One image for both: vfio-manage ships in the k8s-driver-manager image.
+    image = ops.images.driver_manager
+    return agent_rolled(operand_daemonset_parts(
+        NAME,
+        ops,
+        deploy_component=DEPLOY_COMPONENT,
+        service_account=NAME,
+        selector_labels=SELECTOR,
+        labels={"app": NAME},
+        update_strategy=UPDATE_STRATEGY,
+        init_containers=[driver_manager(image)],
+        containers=[vfio_manager(image)],
+        volumes=list(VOLUMES),
+    ))
+
+
 class VfioManager(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
 
@@ -116,24 +140,12 @@ class VfioManager(pulumi.ComponentResource):
         name: str,
         *,
         ops: Operands,
+        planned: RolledDaemonSet,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VfioManager", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
-        # One image for both: vfio-manage ships in the k8s-driver-manager image.
-        image = ops.images.driver_manager
-        self.daemonset = operand_daemonset(
-            NAME,
-            ops,
-            deploy_component=DEPLOY_COMPONENT,
-            service_account=NAME,
-            selector_labels=SELECTOR,
-            labels={"app": NAME},
-            init_containers=[driver_manager(image)],
-            containers=[vfio_manager(image)],
-            volumes=list(VOLUMES),
-            opts=also_after(child, *rbac.resources),
-        )
+        self.daemonset = register_daemonset(NAME, planned.parts, also_after(child, *rbac.resources))
         self.register_outputs({"daemonset": NAME})

@@ -12,10 +12,11 @@ installs and loads the host driver with `nvidia_vgpu_vfio`, starts the vGPU daem
 functions; on exit it disables them and unloads the modules again. The sandbox validator's
 `vgpu-manager-validation` waits for that and writes `vgpu-manager-ready`, which the vGPU device manager waits for.
 
-Updates are OnDelete, as NVIDIA's: restarting the vGPU manager takes down every VM on the node, so a new template
-reaches a node only when its pod is deleted, after its VMs moved (docs/vm-workloads.md). The fleet's disruption
-budget is then never spent by a DaemonSet rollout of its own. The pod gets 120 s to shut down: disabling the
-virtual functions and unloading the driver take longer than the default 30 s. Like NVIDIA's, the container has no
+Updates are OnDelete, as NVIDIA's: restarting the vGPU manager takes the vGPUs from every VM on the node, so the
+node agents roll it as they roll drivers (components/kit/agent_rolled.py), node by node within the fleet's one
+budget: cordon, evict the VMs (KubeVirt live-migrates those that can), delete the pod, wait for the new one and the
+sandbox validator, uncordon (docs/vm-workloads.md). The pod gets 120 s to shut down: disabling the virtual
+functions and unloading the driver take longer than the default 30 s. Like NVIDIA's, the container has no
 startup probe or preStop hook (nothing writes .driver-ctr-ready on a vGPU host).
 
 NVIDIA publishes no vGPU manager image (the software is licensed), so the stack takes the complete reference of
@@ -59,7 +60,8 @@ from components.kit import naming
 from components.kit.driver_targets import OpenShiftDriver
 from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
-from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager
+from components.kit.agent_rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
+from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, driver_manager
 from components.states.driver import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
@@ -180,9 +182,47 @@ def daemonset_name(openshift: Optional[OpenShiftDriver]) -> str:
     return naming.bounded(f"{DAEMONSET}-{openshift.rhcos}") if openshift is not None and openshift.toolkit else DAEMONSET
 
 
+def plan_vgpu_managers(
+    ops: Operands,
+    *,
+    image: str,
+    upgrade: Upgrade,
+    flavours: Sequence[Optional[OpenShiftDriver]] = (None,),
+    kernel_module_config: Optional[NamedFiles] = None,
+) -> list[RolledDaemonSet]:
+    """The vGPU manager DaemonSet, or one per RHCOS build (`flavours`, one OpenShiftDriver each; none off OpenShift),
+    planned before `node-labeling` names their template digests: the node agents roll them as they roll drivers."""
+    # vgpu.kernelModuleConfig: its keys into /drivers, as the driver's kernel module config.
+    module_volume, module_mounts = config_map_files(kernel_module_config, DRIVERS_DIR) if kernel_module_config else (None, [])
+    planned = []
+    for openshift in flavours:
+        digest = config_digest(image, openshift, kernel_module_config)
+        daemonset = daemonset_name(openshift)
+        dtk = toolkit_container(openshift, digest)
+        daemonset_labels, pod_labels = toolkit_labels(openshift)
+        build = {NFD_OSTREE_VERSION: openshift.rhcos} if dtk is not None and openshift else None
+        parts = operand_daemonset_parts(
+            daemonset,
+            ops,
+            deploy_component=DEPLOY_COMPONENT,
+            service_account=NAME,
+            labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false", **pod_labels},
+            template_annotations={"kubectl.kubernetes.io/default-container": CONTAINER},
+            extra_node_selector=build,
+            host_pid=True,
+            affinity=ONE_DRIVER_PER_NODE,
+            update_strategy=UPDATE_STRATEGY,
+            init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
+            containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
+            volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
+            termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
+        )
+        planned.append(agent_rolled(parts.labelled(daemonset_labels), build))
+    return planned
+
+
 class VgpuManager(pulumi.ComponentResource):
-    """`state-vgpu-manager`: RBAC and the vGPU manager DaemonSet, or one per RHCOS build (`flavours`, one
-    OpenShiftDriver each; none off OpenShift)."""
+    """`state-vgpu-manager`: RBAC and the planned vGPU manager DaemonSets (`plan_vgpu_managers`)."""
 
     daemonsets: dict[str, k8s.apps.v1.DaemonSet]
 
@@ -192,38 +232,14 @@ class VgpuManager(pulumi.ComponentResource):
         *,
         ops: Operands,
         image: str,
-        upgrade: Upgrade,
-        flavours: Sequence[Optional[OpenShiftDriver]] = (None,),
-        kernel_module_config: Optional[NamedFiles] = None,
+        planned: Sequence[RolledDaemonSet],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
         rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
-        self.daemonsets = {}
-        # vgpu.kernelModuleConfig: its keys into /drivers, as the driver's kernel module config.
-        module_volume, module_mounts = config_map_files(kernel_module_config, DRIVERS_DIR) if kernel_module_config else (None, [])
-        for openshift in flavours:
-            digest = config_digest(image, openshift, kernel_module_config)
-            daemonset = daemonset_name(openshift)
-            dtk = toolkit_container(openshift, digest)
-            daemonset_labels, pod_labels = toolkit_labels(openshift)
-            parts = operand_daemonset_parts(
-                daemonset,
-                ops,
-                deploy_component=DEPLOY_COMPONENT,
-                service_account=NAME,
-                labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false", **pod_labels},
-                template_annotations={"kubectl.kubernetes.io/default-container": CONTAINER},
-                extra_node_selector={NFD_OSTREE_VERSION: openshift.rhcos} if dtk is not None and openshift else None,
-                host_pid=True,
-                affinity=ONE_DRIVER_PER_NODE,
-                update_strategy=UPDATE_STRATEGY,
-                init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
-                containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
-                volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
-                termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
-            )
-            self.daemonsets[daemonset] = register_daemonset(daemonset, parts.labelled(daemonset_labels), also_after(child, *rbac.resources))
+        self.daemonsets = {
+            rolled.name: register_daemonset(rolled.name, rolled.parts, also_after(child, *rbac.resources)) for rolled in planned
+        }
         self.register_outputs({"daemonsets": list(self.daemonsets), "image": image})
