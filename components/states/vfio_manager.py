@@ -127,6 +127,7 @@ class VfioManager(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="vfioManager",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             selector_labels=SELECTOR,
