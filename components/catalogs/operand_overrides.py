@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from .openshift import DTK_CONTAINER
+
 DOWNWARD_API = "gpu-stack (downward API)"
 GPU_STACK = "gpu-stack (fixed by the operand's asset)"
 CDI = "toolkit.cdi"
@@ -60,6 +62,15 @@ class OperandTarget:
     runs_in: tuple[str, ...] = ()
     # The key whose override applies while this one is unset (a per-pod key of a container several pods run).
     falls_back_to: Optional[str] = None
+    # Containers of its pods, none of them an operand's own, that take its `resources` and nothing else of it.
+    resources_also_reach: tuple[str, ...] = ()
+
+
+# NVIDIA's NVIDIADriver template (and ClusterPolicy's transformOpenShiftDriverToolkitContainer, a22dbf6) gives the
+# Driver Toolkit sidecar the requests and limits of the driver (or vGPU manager) whose modules it builds, so the
+# sidecar has no key of its own: one override sizes the driver and its build. Its image, args and env stay the
+# toolkit's.
+_DTK_SIDECAR = (DTK_CONTAINER,)
 
 
 _DRIVER_MANAGER_ENV = {
@@ -94,6 +105,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             containers=("nvidia-driver-ctr",),
             image="driver",
             os_tagged=True,
+            resources_also_reach=_DTK_SIDECAR,
             version_set_by="versions.driver (or nodePools[].driver.version)",
             owned_env={
                 "NODE_IP": DOWNWARD_API,
@@ -206,6 +218,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         "vgpuManager": OperandTarget(
             containers=("nvidia-driver-ctr",),  # in its own DaemonSet: the NVIDIADriver form's container name
             image_set_by="vgpu.managerImage",
+            resources_also_reach=_DTK_SIDECAR,
             owned_env={"NODE_IP": DOWNWARD_API, "DRIVER_CONFIG_DIGEST": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuDeviceManager": OperandTarget(
