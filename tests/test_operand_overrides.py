@@ -251,10 +251,16 @@ def test_operands_without_overrides_are_unchanged(rendered):
     assert container(rendered["nvidia-container-toolkit-daemonset"], "nvidia-container-toolkit-ctr")["imagePullPolicy"] == "IfNotPresent"
 
 
+def test_a_daemonset_names_an_operand_key_or_none():
+    from components.kit.builders import operand_daemonset_parts
+
+    ops = operands(load_config(bag(PROD)))
+    with pytest.raises(ValueError, match="nvidia-device-plugin-daemonset: 'devicePlugn' is no gpu-stack:operands key"):
+        operand_daemonset_parts("nvidia-device-plugin-daemonset", ops, operand="devicePlugn", deploy_component="device-plugin",
+                                service_account="nvidia-device-plugin", containers=[], volumes=[])
+
+
 def test_containers_are_matched_to_their_operand_inside_other_operands_pods():
-    assert targets.daemonset_operand("nvidia-driver-daemonset-h100", "driver") == "driver"
-    assert targets.daemonset_operand("nvidia-device-plugin-mps-control-daemon", "device-plugin") == "mpsControlDaemon"
-    assert targets.daemonset_operand("gpu-stack-node-labeler", None) is None
     # each VM manager's pod has a key of its own for its k8s-driver-manager (falling back to operands.driverManager)
     assert targets.container_operand("k8s-driver-manager", "vfioManager") == "vfioManagerDriverManager"
     assert targets.container_operand("k8s-driver-manager", "vgpuManager") == "vgpuManagerDriverManager"

@@ -1,11 +1,14 @@
 """What `gpu-stack:operands.<operand>` addresses: for each operand key (ClusterPolicy's section name where one
-exists), the DaemonSets whose pods it sets, its own containers, where its image comes from, and the env vars
-gpu-stack derives from other keys and so must keep (an override of one of them is refused, naming that key).
+exists), its own containers, where its image comes from, and the env vars gpu-stack derives from other keys and so
+must keep (an override of one of them is refused, naming that key).
 
 Pod-level settings (annotations, labels, priorityClassName, tolerations, imagePullSecrets) go to the operand's
 DaemonSets; container-level ones (env, args, resources, imagePullPolicy, image) to its own containers only, never
-to the validation init containers gpu-stack puts in front of it. The driver DaemonSets hold several operands:
-the driver itself, k8s-driver-manager and the GPUDirect sidecars, each with a key of its own.
+to the validation init containers gpu-stack puts in front of it. Which DaemonSets are an operand's is not listed
+here: the state that renders a DaemonSet names its operand (components/kit/builders.py `operand_daemonset_parts`),
+so a DaemonSet named per pool, per node image or per RHCOS build is its operand's like any other. The driver
+DaemonSets hold several operands: the driver itself, k8s-driver-manager and the GPUDirect sidecars, each with a key
+of its own.
 
 Standard library only, relative imports only (like every catalog module).
 """
@@ -16,9 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-# Driver DaemonSets are named per pool (`nvidia-driver-daemonset-<pool>` or a pinned name), so they are found by
-# their deploy component rather than by name.
-DRIVER_DEPLOY_COMPONENT = "driver"
+from .openshift import DTK_CONTAINER
 
 DOWNWARD_API = "gpu-stack (downward API)"
 GPU_STACK = "gpu-stack (fixed by the operand's asset)"
@@ -46,14 +47,12 @@ COMMON_OWNED_ENV: Mapping[str, str] = MappingProxyType(
 
 @dataclass(frozen=True)
 class OperandTarget:
-    """One operand key. `daemonsets` are the DaemonSets whose pod template it sets (empty for an operand that is
-    a container in another operand's pods); `image` the catalog.IMAGES entry its repository/image/version
+    """One operand key. `containers` are its own containers in the pods of its DaemonSets (or, for an operand that
+    runs in other operands' pods, in theirs); `image` the catalog.IMAGES entry its repository/image/version
     override, or None when its image is set elsewhere (`image_set_by` says where); `os_tagged` images get the
-    node's OS appended to their tag, as the driver's do. The driver's own DaemonSets are found by deploy component
-    (DRIVER_DEPLOY_COMPONENT), so its `daemonsets` is empty too."""
+    node's OS appended to their tag, as the driver's do."""
 
     containers: tuple[str, ...]
-    daemonsets: tuple[str, ...] = ()
     image: Optional[str] = None
     image_set_by: str = ""
     os_tagged: bool = False
@@ -63,6 +62,15 @@ class OperandTarget:
     runs_in: tuple[str, ...] = ()
     # The key whose override applies while this one is unset (a per-pod key of a container several pods run).
     falls_back_to: Optional[str] = None
+    # Containers of its pods, none of them an operand's own, that take its `resources` and nothing else of it.
+    resources_also_reach: tuple[str, ...] = ()
+
+
+# NVIDIA's NVIDIADriver template (and ClusterPolicy's transformOpenShiftDriverToolkitContainer, a22dbf6) gives the
+# Driver Toolkit sidecar the requests and limits of the driver (or vGPU manager) whose modules it builds, so the
+# sidecar has no key of its own: one override sizes the driver and its build. Its image, args and env stay the
+# toolkit's.
+_DTK_SIDECAR = (DTK_CONTAINER,)
 
 
 _DRIVER_MANAGER_ENV = {
@@ -97,6 +105,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             containers=("nvidia-driver-ctr",),
             image="driver",
             os_tagged=True,
+            resources_also_reach=_DTK_SIDECAR,
             version_set_by="versions.driver (or nodePools[].driver.version)",
             owned_env={
                 "NODE_IP": DOWNWARD_API,
@@ -119,7 +128,6 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         ),
         "toolkit": OperandTarget(
             containers=("nvidia-container-toolkit-ctr",),
-            daemonsets=("nvidia-container-toolkit-daemonset",),
             image="toolkit",
             owned_env={
                 "ROOT": INSTALL_DIR,
@@ -145,13 +153,11 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         ),
         "validator": OperandTarget(
             containers=("nvidia-operator-validator", "nvidia-dra-validator"),
-            daemonsets=("nvidia-operator-validator", "nvidia-dra-validator"),
             image="validator",
             owned_env={"COMPONENT": GPU_STACK, "WITH_WAIT": GPU_STACK, "MIG_STRATEGY": PLUGIN_CONFIG},
         ),
         "devicePlugin": OperandTarget(
             containers=("nvidia-device-plugin",),
-            daemonsets=("nvidia-device-plugin-daemonset",),
             image="devicePlugin",
             owned_env={
                 **_PLUGIN_FAMILY_ENV,
@@ -168,18 +174,14 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         # The MPS control daemon runs the device plugin's image unless told otherwise.
         "mpsControlDaemon": OperandTarget(
             containers=("mps-control-daemon-ctr",),
-            daemonsets=("nvidia-device-plugin-mps-control-daemon",),
             image="devicePlugin",
             owned_env={**_PLUGIN_FAMILY_ENV, "NVIDIA_VISIBLE_DEVICES": GPU_STACK, "NVIDIA_DRIVER_CAPABILITIES": GPU_STACK},
         ),
-        "gfd": OperandTarget(
-            containers=("gpu-feature-discovery",), daemonsets=("gpu-feature-discovery",), image="gfd", owned_env=_PLUGIN_FAMILY_ENV
-        ),
+        "gfd": OperandTarget(containers=("gpu-feature-discovery",), image="gfd", owned_env=_PLUGIN_FAMILY_ENV),
         # DRA pools get a flavour of their own (`-dra`), claiming their node's GPUs; the same key sets both.
-        "dcgm": OperandTarget(containers=("nvidia-dcgm-ctr",), daemonsets=("nvidia-dcgm", "nvidia-dcgm-dra"), image="dcgm"),
+        "dcgm": OperandTarget(containers=("nvidia-dcgm-ctr",), image="dcgm"),
         "dcgmExporter": OperandTarget(
             containers=("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"),
-            daemonsets=("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"),
             image="dcgmExporter",
             owned_env={
                 "DCGM_EXPORTER_LISTEN": "dcgmExporter.listenAddress",
@@ -195,7 +197,6 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         ),
         "migManager": OperandTarget(
             containers=("nvidia-mig-manager",),
-            daemonsets=("nvidia-mig-manager",),
             image="migManager",
             owned_env={
                 "CONFIG_FILE": "migLayouts / nodePools[].sharing.migLayout",
@@ -211,19 +212,17 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         # The node status exporter runs the validator's image (`nvidia-validator`, COMPONENT=metrics).
         "nodeStatusExporter": OperandTarget(
             containers=("nvidia-node-status-exporter",),
-            daemonsets=("nvidia-node-status-exporter",),
             image="validator",
             owned_env={"COMPONENT": GPU_STACK, "METRICS_PORT": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuManager": OperandTarget(
             containers=("nvidia-driver-ctr",),  # in its own DaemonSet: the NVIDIADriver form's container name
-            daemonsets=("nvidia-vgpu-manager-daemonset",),
             image_set_by="vgpu.managerImage",
+            resources_also_reach=_DTK_SIDECAR,
             owned_env={"NODE_IP": DOWNWARD_API, "DRIVER_CONFIG_DIGEST": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuDeviceManager": OperandTarget(
             containers=("nvidia-vgpu-device-manager",),
-            daemonsets=("nvidia-vgpu-device-manager",),
             image="vgpuDeviceManager",
             owned_env={
                 "CONFIG_FILE": GPU_STACK,
@@ -232,30 +231,24 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             },
         ),
         # vfio-manage ships in the k8s-driver-manager image.
-        "vfioManager": OperandTarget(
-            containers=("nvidia-vfio-manager",), daemonsets=("nvidia-vfio-manager",), image="driverManager"
-        ),
+        "vfioManager": OperandTarget(containers=("nvidia-vfio-manager",), image="driverManager"),
         "sandboxValidator": OperandTarget(
             containers=("nvidia-sandbox-validator",),
-            daemonsets=("nvidia-sandbox-validator",),
             image="validator",
             owned_env={"DEFAULT_GPU_WORKLOAD_CONFIG": "sandboxWorkloads.defaultWorkload", "COMPONENT": GPU_STACK},
         ),
         "sandboxDevicePlugin": OperandTarget(
             containers=("nvidia-sandbox-device-plugin-ctr",),
-            daemonsets=("nvidia-sandbox-device-plugin-daemonset",),
             image="sandboxDevicePlugin",
             owned_env={"POD_NAMESPACE": DOWNWARD_API, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "kataSandboxDevicePlugin": OperandTarget(
             containers=("nvidia-kata-sandbox-device-plugin-ctr",),
-            daemonsets=("nvidia-kata-sandbox-device-plugin-daemonset",),
             image="kataDevicePlugin",
             owned_env={"POD_NAMESPACE": DOWNWARD_API, "POD_SERVICE_ACCOUNT": DOWNWARD_API},
         ),
         "ccManager": OperandTarget(
             containers=("nvidia-cc-manager",),
-            daemonsets=("nvidia-cc-manager",),
             image="ccManager",
             owned_env={"DEFAULT_CC_MODE": "sandboxWorkloads.ccManager.defaultMode", "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
@@ -271,7 +264,6 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         # The DRA kubelet plugin (DaemonSet) and, with compute domains, its controller (a Deployment).
         "draDriver": OperandTarget(
             containers=("gpus", "compute-domains", "compute-domain"),
-            daemonsets=("nvidia-dra-driver-kubelet-plugin",),
             image="draDriver",
             owned_env={
                 "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
@@ -303,18 +295,6 @@ _IMAGE_OWNERS: Mapping[str, str] = MappingProxyType({"kataDevicePlugin": "kataSa
 def image_owner(image: str) -> str:
     """The operand key that owns catalog image `image` (its `versions.<image>` key); others only borrow it."""
     return _IMAGE_OWNERS.get(image, image)
-
-# The operand whose pod template a DaemonSet is, by DaemonSet name.
-DAEMONSET_OPERANDS: Mapping[str, str] = MappingProxyType(
-    {ds: key for key, target in OPERANDS.items() for ds in target.daemonsets}
-)
-
-
-def daemonset_operand(daemonset: str, deploy_component: Optional[str]) -> Optional[str]:
-    """The operand key a DaemonSet's pod-level overrides come from; None for DaemonSets no key addresses."""
-    if deploy_component == DRIVER_DEPLOY_COMPONENT:
-        return "driver"
-    return DAEMONSET_OPERANDS.get(daemonset)
 
 
 def container_operand(container: str, pod_operand: Optional[str]) -> Optional[str]:

@@ -160,6 +160,19 @@ class Resources(_Model):
 OperandToleration = Toleration
 
 
+def _resources_description() -> str:
+    """Said from the catalog, so the reference names every container that takes another operand's resources."""
+    sized = {}
+    for key, target in operand_targets.OPERANDS.items():
+        for container in target.resources_also_reach:
+            sized.setdefault(container, []).append(f"`{key}`")
+    extra = "".join(
+        f"; those of {' and '.join(keys)} also size `{container}` in their pods, as NVIDIA's NVIDIADriver does"
+        for container, keys in sized.items()
+    )
+    return f"Replaces the requests and limits of the operand's own container(s){extra}."
+
+
 class OperandOverride(_Model):
     """Settings of one operand, as ClusterPolicy's component sections carry them."""
 
@@ -177,9 +190,7 @@ class OperandOverride(_Model):
         description="Replaces the arguments of the operand's own container(s).",
         json_schema_extra={"items": {"type": "string", "maxLength": limits.MAX_ARG_LENGTH}},
     )
-    resources: Optional[Resources] = Field(
-        default=None, description="Replaces the requests and limits of the operand's own container(s)."
-    )
+    resources: Optional[Resources] = Field(default=None, description=_resources_description())
     image_pull_policy: Optional[Literal["Always", "IfNotPresent", "Never"]] = Field(
         default=None, description="Pull policy of the operand's own container(s) (default IfNotPresent)."
     )

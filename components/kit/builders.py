@@ -244,6 +244,7 @@ def operand_daemonset_parts(
     name: str,
     ops: Operands,
     *,
+    operand: Optional[str],
     deploy_component: Optional[str],
     service_account: str,
     containers: Sequence[ContainerArgs],
@@ -268,16 +269,23 @@ def operand_daemonset_parts(
 ) -> DaemonSetParts:
     """An operand DaemonSet's metadata and spec, with the operator's common transforms applied; pure.
 
+    `operand` is the `gpu-stack:operands` key whose pod this is, named by the state that renders it (None for the
+    DaemonSets gpu-stack adds of its own): every DaemonSet a state renders is that state's operand, whatever it is
+    named (per pool, per node image, per RHCOS build), so an override reaches all of them by the one rule. Neither
+    the name nor the deploy label would do: names are made per pool and build, and the node inventory and the MPS
+    control daemon select by other operands' deploy labels.
+
     Every operand is `skipAwait`: ordering between components happens per node through the validation files
     (fact sheet §1.3), and awaiting DaemonSets would hang `pulumi up` on OnDelete updates and sick nodes. Stack
     health is reported by the validation gate instead.
     """
+    if operand is not None and operand not in operand_targets.OPERANDS:
+        raise ValueError(f"DaemonSet {name}: {operand!r} is no gpu-stack:operands key")
     ds = ops.daemonsets
     # preProcessDaemonSet's host-path transforms: the states render NVIDIA's defaults, moved here by volume name.
     volumes, init_containers, containers = apply_host_paths(ops.host_paths, volumes, init_containers, containers)
     # `gpu-stack:operands`: pod-level settings of the DaemonSet's own operand; container-level ones of every operand
     # with a container here (the driver's pods also run k8s-driver-manager and the GPUDirect sidecars).
-    operand = operand_targets.daemonset_operand(name, deploy_component)
     override = ops.overrides.get(operand) if operand else None
     init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
     containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)

@@ -66,6 +66,8 @@ class NodeInventory(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            # gpu-stack's own, though it runs where the toolkit does: operands.toolkit does not reach it
+            operand=None,
             # container GPU nodes (device plugin or DRA), the ones whose driver the runtime can inject
             deploy_component="container-toolkit",
             service_account=NAME,

@@ -281,6 +281,7 @@ class NodeLabeler(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand=None,
             deploy_component=None,
             service_account=NAME,
             affinity=GPU_NODE_AFFINITY,

@@ -69,14 +69,33 @@ def apply_to_container(container: ContainerArgs, override: Optional[OperandOverr
     changed.env = _merged_env(container.env, override)
     if override.args:
         changed.args = list(override.args)
-    if override.resources is not None:
-        # A DRA flavour's claim is how its container sees the node's GPUs: it stays.
-        claims = container.resources.claims if container.resources is not None else None
-        changed.resources = ResourceRequirementsArgs(
-            requests=dict(override.resources.requests) or None, limits=dict(override.resources.limits) or None, claims=claims
-        )
+    changed.resources = _resources(container, override)
     if override.image_pull_policy is not None:
         changed.image_pull_policy = override.image_pull_policy
+    return changed
+
+
+def _resources(container: ContainerArgs, override: OperandOverride) -> Optional[ResourceRequirementsArgs]:
+    """The container's requests and limits with the override's, when it sets any."""
+    if override.resources is None:
+        return container.resources
+    # A DRA flavour's claim is how its container sees the node's GPUs: it stays.
+    claims = container.resources.claims if container.resources is not None else None
+    return ResourceRequirementsArgs(
+        requests=dict(override.resources.requests) or None, limits=dict(override.resources.limits) or None, claims=claims
+    )
+
+
+def _with_pod_operands_resources(
+    container: ContainerArgs, pod_operand: Optional[str], overrides: Mapping[str, OperandOverride]
+) -> ContainerArgs:
+    """A container of no operand's own that takes the pod operand's resources (the Driver Toolkit sidecar), with
+    them; any other container as it is."""
+    override = overrides.get(pod_operand) if pod_operand else None
+    if override is None or container.name not in targets.OPERANDS[pod_operand].resources_also_reach:
+        return container
+    changed = copy.copy(container)
+    changed.resources = _resources(container, override)
     return changed
 
 
@@ -95,9 +114,11 @@ def apply_to_containers(
     result = []
     for container in containers:
         key = targets.container_operand(container.name, pod_operand)
-        if key:
-            key = _in_effect(key, overrides, images)
-        result.append(apply_to_container(container, overrides.get(key), images.get(key)) if key else container)
+        if key is None:
+            result.append(_with_pod_operands_resources(container, pod_operand, overrides))
+            continue
+        key = _in_effect(key, overrides, images)
+        result.append(apply_to_container(container, overrides.get(key), images.get(key)))
     return result
 
 

@@ -103,6 +103,7 @@ class CcManager(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="ccManager",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             selector_labels=SELECTOR,

@@ -110,6 +110,7 @@ class Dcgm(pulumi.ComponentResource):
             self.daemonset = operand_daemonset(
                 NAME,
                 ops,
+                operand="dcgm",
                 deploy_component="dcgm",
                 service_account=NAME,
                 runtime_class=True,
@@ -133,6 +134,7 @@ class Dcgm(pulumi.ComponentResource):
             self.dra_daemonset = operand_daemonset(
                 DRA_NAME,
                 ops,
+                operand="dcgm",
                 deploy_component="dcgm-dra",
                 service_account=DRA_NAME,
                 affinity=pool_affinity(dra_pools),

@@ -251,6 +251,7 @@ class DcgmExporter(pulumi.ComponentResource):
         daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="dcgmExporter",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             runtime_class=True,
@@ -285,6 +286,7 @@ class DcgmExporter(pulumi.ComponentResource):
         daemonset = operand_daemonset(
             DRA_NAME,
             ops,
+            operand="dcgmExporter",
             deploy_component=DRA_DEPLOY_COMPONENT,
             service_account=DRA_NAME,
             affinity=pool_affinity(dra.pools),

@@ -183,6 +183,7 @@ class DevicePlugin(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
+            operand="devicePlugin",
             deploy_component="device-plugin",
             service_account=NAME,
             runtime_class=True,

@@ -194,6 +194,7 @@ class DraDriver(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
+            operand="draDriver",
             deploy_component=DEPLOY_COMPONENT,
             service_account=KUBELET_PLUGIN_SA,
             labels=plugin_labels,

@@ -182,6 +182,7 @@ class DraValidator(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="validator",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             selector_labels=selector,

@@ -365,6 +365,7 @@ def driver_daemonset_parts(
     parts = operand_daemonset_parts(
         target.daemonset,
         ops,
+        operand="driver",
         deploy_component="driver",
         service_account=NAME,
         labels=labels,

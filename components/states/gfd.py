@@ -108,6 +108,7 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="gfd",
             deploy_component="gpu-feature-discovery",
             service_account=SERVICE_ACCOUNT,
             selector_labels=SELECTOR,

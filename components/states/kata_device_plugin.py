@@ -88,6 +88,7 @@ class KataDevicePlugin(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
+            operand="kataSandboxDevicePlugin",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             init_containers=[

@@ -161,6 +161,7 @@ class MigManager(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="migManager",
             deploy_component="mig-manager",
             service_account=NAME,
             runtime_class=True,

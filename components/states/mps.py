@@ -89,6 +89,7 @@ class MpsControlDaemon(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="mpsControlDaemon",
             deploy_component="device-plugin",
             extra_node_selector={MPS_CAPABLE: "true"},
             service_account=NAME,

@@ -83,6 +83,7 @@ class NodeStatusExporter(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="nodeStatusExporter",
             deploy_component="node-status-exporter",
             service_account=NAME,
             containers=[exporter],

@@ -106,6 +106,7 @@ class SandboxDevicePlugin(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
+            operand="sandboxDevicePlugin",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             init_containers=[

@@ -133,6 +133,7 @@ class SandboxValidator(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="sandboxValidator",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             selector_labels=APP_LABELS,

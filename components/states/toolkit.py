@@ -193,6 +193,7 @@ class ContainerToolkit(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
+            operand="toolkit",
             deploy_component="container-toolkit",
             service_account=NAME,
             host_pid=True,

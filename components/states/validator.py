@@ -212,6 +212,7 @@ class OperatorValidator(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="validator",
             deploy_component="operator-validator",
             service_account=NAME,
             selector_labels=APP_LABELS,

@@ -121,6 +121,7 @@ def plan_vfio_manager(ops: Operands) -> RolledDaemonSet:
     return agent_rolled(operand_daemonset_parts(
         NAME,
         ops,
+        operand="vfioManager",
         deploy_component=DEPLOY_COMPONENT,
         service_account=NAME,
         selector_labels=SELECTOR,

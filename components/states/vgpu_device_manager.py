@@ -148,6 +148,7 @@ class VgpuDeviceManager(pulumi.ComponentResource):
         self.daemonset = operand_daemonset(
             NAME,
             ops,
+            operand="vgpuDeviceManager",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             init_containers=[wait_for_vgpu_manager(ops.images.validator)],

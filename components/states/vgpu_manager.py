@@ -204,6 +204,7 @@ def plan_vgpu_managers(
         parts = operand_daemonset_parts(
             daemonset,
             ops,
+            operand="vgpuManager",
             deploy_component=DEPLOY_COMPONENT,
             service_account=NAME,
             labels={COMPONENT_LABEL: COMPONENT, PRECOMPILED_LABEL: "false", **pod_labels},
