@@ -10,7 +10,7 @@ import yaml
 
 from components.catalogs import dcgm_metrics
 from components.catalogs import mig_catalog
-from components.catalogs import monitoring_rules
+from components.catalogs import grafana_dashboard
 from stacktest import container, env_of, objects, render, render_stack, stack_config
 
 
@@ -304,7 +304,7 @@ def test_dashboard_configmap_is_discoverable_by_the_grafana_sidecar():
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert board["metadata"]["annotations"] == {"grafana_folder": "GPU"}
     model = json.loads(board["data"]["gpu-stack.json"])
-    assert model == monitoring_rules.dashboard(namespace="gpu-operator")
+    assert model == grafana_dashboard.dashboard(namespace="gpu-operator")
 
 
 def test_no_dashboard_without_an_exporter_to_read():

@@ -20,7 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalogs import catalog
-from components.catalogs import monitoring_rules
+from components.catalogs import grafana_dashboard, monitoring_rules
 from components.kit.builders import child_opts, meta
 from components.config import Monitoring
 
@@ -85,7 +85,7 @@ class StackMonitoring(pulumi.ComponentResource):
             k8s.core.v1.ConfigMap(
                 DASHBOARD_CONFIGMAP,
                 metadata=meta(DASHBOARD_CONFIGMAP, namespace, board.labels, annotations),
-                data={DASHBOARD_FILE: json.dumps(monitoring_rules.dashboard(namespace=namespace), indent=2, sort_keys=True)},
+                data={DASHBOARD_FILE: json.dumps(grafana_dashboard.dashboard(namespace=namespace), indent=2, sort_keys=True)},
                 opts=child,
             )
             rendered.append("ConfigMap/" + DASHBOARD_CONFIGMAP)

@@ -117,6 +117,13 @@ class DriverMixin:
             self.put("upgrade.strategy", "manual", origin="spec.driver.upgradePolicy.autoUpgrade")
             self._manager_env(manager_env, superseded=False)
             return
+        self._rolling_budget()
+        self._wait_policy()
+        self._drain_policy()
+        self._manager_env(manager_env, superseded=True)
+
+    def _rolling_budget(self) -> None:
+        s = self.spec
         self.put("upgrade.strategy", "rolling", origin="spec.driver.upgradePolicy.autoUpgrade")
         # Both carried as they are: gpu-stack's budget is the operator's, fleet-wide, a percentage of the GPU nodes
         # with a managed driver, and maxParallelUpgrades 0 is unlimited in both.
@@ -132,6 +139,9 @@ class DriverMixin:
                     "a failed node differs: the operator marks it upgrade-failed and goes on with other nodes while the "
                     "budget allows; gpu-stack's node agent keeps it cordoned and halts the rollout until it is fixed "
                     "(upgrade.nodeReadyTimeoutSeconds)")
+
+    def _wait_policy(self) -> None:
+        s = self.spec
         wait = {}
         selector = s.get("driver.upgradePolicy.waitForCompletion.podSelector")
         timeout = s.raw("driver.upgradePolicy.waitForCompletion.timeoutSeconds")
@@ -147,6 +157,9 @@ class DriverMixin:
                              "no waitForCompletion.podSelector: the upgrade controller waits for nothing")
         if wait:
             self._wait_for_completion(wait)
+
+    def _drain_policy(self) -> None:
+        s = self.spec
         deletion = s.raw("driver.upgradePolicy.podDeletion")
         self.put("upgrade.gpuPodEviction", isinstance(deletion, dict), origin="spec.driver.upgradePolicy.podDeletion")
         drain_on = s.get("driver.upgradePolicy.drain.enable")
@@ -175,7 +188,6 @@ class DriverMixin:
             s.use("driver.upgradePolicy.drain.podSelector")
             drain["podSelector"] = selector
         self.put("upgrade.drain", drain, origin="spec.driver.upgradePolicy.drain")
-        self._manager_env(manager_env, superseded=True)
 
     def _wait_for_completion(self, wait: dict[str, Any]) -> None:
         """upgrade.waitForCompletion runs as a node agent step, which every agent the configuration admits has (an
