@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs
+from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs, VolumeMountArgs
 
 from components.catalogs import consts
 from components.kit import sharing
@@ -96,6 +96,54 @@ def plugin_env(*, mig_strategy: str, cdi: bool, toolkit_install_dir: Optional[st
     return values
 
 
+def plugin_paths(mps_root: str) -> tuple[list[VolumeMountArgs], list[VolumeArgs]]:
+    """The plugin container's mounts and the pod's volumes behind them (the sharing configs come on top)."""
+    plugin_mounts = [
+        mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
+        mount("device-plugin", "/var/lib/kubelet/device-plugins"),
+        mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
+        mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
+        mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+        mount("cdi-root", consts.CDI_SPEC_DIR),
+        mount("mps-shm", "/dev/shm"),  # lets the plugin health-check an MPS daemon
+        mount("mps-root", "/mps"),
+    ]
+    volumes = [
+        VolumeArgs(name=ENTRYPOINT_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=ENTRYPOINT_CONFIGMAP, default_mode=0o700)),
+        host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
+        host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
+        host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
+        host_path("host-root", "/"),
+        host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
+        *mps_volumes(mps_root),
+    ]
+    return plugin_mounts, volumes
+
+
+def plugin_container(ops: Operands, *, mig_strategy: str, toolkit_enabled: bool, with_config: bool, mps_root: str,
+                     gds: bool, gdrcopy: bool, mounts: list[VolumeMountArgs]) -> ContainerArgs:
+    """NVIDIA's device plugin container, started through the entrypoint that waits for the toolkit."""
+    return ContainerArgs(
+        name=CONTAINER,
+        image=ops.images.device_plugin,
+        image_pull_policy="IfNotPresent",
+        command=["/bin/sh", "-c"],
+        args=["/bin/entrypoint.sh"],
+        security_context=PRIVILEGED,
+        env=[
+            *plugin_env(
+                mig_strategy=mig_strategy,
+                cdi=ops.cdi,
+                toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
+                with_config=with_config,
+                mps_root=mps_root,
+            ),
+            *gpudirect_env(gds=gds, gdrcopy=gdrcopy),
+        ],
+        volume_mounts=mounts,
+    )
+
+
 class DevicePlugin(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
     config_map: Optional[k8s.core.v1.ConfigMap]
@@ -134,25 +182,7 @@ class DevicePlugin(pulumi.ComponentResource):
             if with_config
             else None
         )
-        plugin_mounts = [
-            mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
-            mount("device-plugin", "/var/lib/kubelet/device-plugins"),
-            mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
-            mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("cdi-root", consts.CDI_SPEC_DIR),
-            mount("mps-shm", "/dev/shm"),  # lets the plugin health-check an MPS daemon
-            mount("mps-root", "/mps"),
-        ]
-        volumes = [
-            VolumeArgs(name=ENTRYPOINT_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=ENTRYPOINT_CONFIGMAP, default_mode=0o700)),
-            host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
-            host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
-            host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
-            host_path("host-root", "/"),
-            host_path("cdi-root", consts.CDI_SPEC_DIR, "DirectoryOrCreate"),
-            *mps_volumes(mps_root),
-        ]
+        plugin_mounts, volumes = plugin_paths(mps_root)
         init = [wait_for_validation(ops.images.validator, "toolkit-ready")]
         sidecars: list[ContainerArgs] = []
         if with_config:
@@ -160,25 +190,8 @@ class DevicePlugin(pulumi.ComponentResource):
             volumes += plugin_config_volumes()
             init.append(config_manager(ops.images.device_plugin, sidecar=False, process_to_signal=CONTAINER))
             sidecars.append(config_manager(ops.images.device_plugin, sidecar=True, process_to_signal=CONTAINER))
-        plugin = ContainerArgs(
-            name=CONTAINER,
-            image=ops.images.device_plugin,
-            image_pull_policy="IfNotPresent",
-            command=["/bin/sh", "-c"],
-            args=["/bin/entrypoint.sh"],
-            security_context=PRIVILEGED,
-            env=[
-                *plugin_env(
-                    mig_strategy=mig_strategy,
-                    cdi=ops.cdi,
-                    toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None,
-                    with_config=with_config,
-                    mps_root=mps_root,
-                ),
-                *gpudirect_env(gds=gds, gdrcopy=gdrcopy),
-            ],
-            volume_mounts=plugin_mounts,
-        )
+        plugin = plugin_container(ops, mig_strategy=mig_strategy, toolkit_enabled=toolkit_enabled, with_config=with_config,
+                                  mps_root=mps_root, gds=gds, gdrcopy=gdrcopy, mounts=plugin_mounts)
         after = [*rbac.resources, entrypoint, *([self.config_map] if self.config_map else [])]
         self.daemonset = operand_daemonset(
             DAEMONSET,

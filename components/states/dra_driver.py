@@ -52,11 +52,12 @@ operator's MASK_NVIDIA_DRIVER_PARAMS branch (for nvkind) is not rendered.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.apps.v1 import DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
+from pulumi_kubernetes.core.v1 import VolumeArgs
 
 from components.catalogs import consts
 from components.config.dra import KubeletPlugin
@@ -144,22 +145,7 @@ class DraDriver(pulumi.ComponentResource):
         plugin_labels = {NAME_LABEL: APP_NAME, COMPONENT_LABEL: DAEMONSET}
 
         self.crds = []
-        cd_rbac: list[pulumi.Resource] = []
-        if compute_domains:
-            self.crds = [
-                # deleting a CRD deletes every ComputeDomain a workload created
-                crd("ComputeDomain", "computedomains", COMPUTE_DOMAIN_SCHEMA, status=True, opts=kept(child)),
-                crd("ComputeDomainClique", "computedomaincliques", COMPUTE_DOMAIN_CLIQUE_SCHEMA, status=False, opts=kept(child)),
-            ]
-            cd_rbac = rbac_set(
-                CD_DAEMON_SA,
-                ops.namespace,
-                openshift=ops.openshift,
-                role_rules=[SCC_USE],
-                cluster_role_rules=CD_DAEMON_CLUSTER_RULES,
-                labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: "compute-domain-daemon"},
-                opts=child,
-            ).resources
+        cd_rbac = self._compute_domain_kinds(ops, child) if compute_domains else []
 
         plugin_rbac = rbac_set(
             KUBELET_PLUGIN_SA,
@@ -174,16 +160,7 @@ class DraDriver(pulumi.ComponentResource):
             labels=plugin_labels,
             opts=child,
         )
-        self.device_classes = [
-            resource.DeviceClass(
-                class_name,
-                metadata=meta(class_name, labels={NAME_LABEL: APP_NAME}),
-                spec=resource.DeviceClassSpecArgs(selectors=[resource.DeviceSelectorArgs(cel=resource.CELDeviceSelectorArgs(expression=cel))]),
-                # workloads' ResourceClaims name these classes
-                opts=kept(child),
-            )
-            for class_name, cel in device_classes(compute_domains).items()
-        ]
+        self.device_classes = registered_device_classes(resource, compute_domains, child)
         policy = slice_policy(ops.namespace, KUBELET_PLUGIN_SA, child)
 
         containers = [
@@ -205,31 +182,12 @@ class DraDriver(pulumi.ComponentResource):
             ),
             init_containers=[driver_validation(ops.images.validator)],
             containers=containers,
-            volumes=[
-                host_path("plugins-registry", PLUGINS_REGISTRY),
-                host_path("plugins", PLUGINS_DIR),
-                host_path("cdi-root", consts.CDI_SPEC_DIR),  # no type, as NVIDIA's asset: the toolkit creates it
-                host_path("host-root", "/"),
-                host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
-                VALIDATIONS_VOLUME,
-                *(PASSTHROUGH_VOLUMES if passthrough else ()),
-            ],
+            volumes=plugin_volumes(passthrough),
             # the slice policy must be in force before any plugin publishes
             opts=also_after(child, *plugin_rbac.resources, *self.crds, *policy),
         )
 
-        self.controller = None
-        if compute_domains:
-            controller_rbac = rbac_set(
-                CONTROLLER,
-                ops.namespace,
-                openshift=ops.openshift,
-                role_rules=CONTROLLER_ROLE_RULES,
-                cluster_role_rules=CONTROLLER_CLUSTER_RULES,
-                labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: CONTROLLER},
-                opts=child,
-            )
-            self.controller = controller_deployment(ops, image, gates, also_after(child, *controller_rbac.resources, *cd_rbac, *self.crds))
+        self.controller = self._controller(ops, image, gates, child, cd_rbac) if compute_domains else None
 
         self.register_outputs(
             {
@@ -240,3 +198,59 @@ class DraDriver(pulumi.ComponentResource):
                 "pools": list(pools),
             }
         )
+
+    def _compute_domain_kinds(self, ops: Operands, child: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """The ComputeDomain CRDs (into `self.crds`) and the compute-domain daemon's RBAC, which this returns."""
+        self.crds = [
+            # deleting a CRD deletes every ComputeDomain a workload created
+            crd("ComputeDomain", "computedomains", COMPUTE_DOMAIN_SCHEMA, status=True, opts=kept(child)),
+            crd("ComputeDomainClique", "computedomaincliques", COMPUTE_DOMAIN_CLIQUE_SCHEMA, status=False, opts=kept(child)),
+        ]
+        return rbac_set(
+            CD_DAEMON_SA,
+            ops.namespace,
+            openshift=ops.openshift,
+            role_rules=[SCC_USE],
+            cluster_role_rules=CD_DAEMON_CLUSTER_RULES,
+            labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: "compute-domain-daemon"},
+            opts=child,
+        ).resources
+
+    def _controller(self, ops: Operands, image: str, gates: str, child: pulumi.ResourceOptions,
+                    cd_rbac: Sequence[pulumi.Resource]) -> k8s.apps.v1.Deployment:
+        """The compute-domain controller Deployment and its RBAC."""
+        controller_rbac = rbac_set(
+            CONTROLLER,
+            ops.namespace,
+            openshift=ops.openshift,
+            role_rules=CONTROLLER_ROLE_RULES,
+            cluster_role_rules=CONTROLLER_CLUSTER_RULES,
+            labels={NAME_LABEL: APP_NAME, COMPONENT_LABEL: CONTROLLER},
+            opts=child,
+        )
+        return controller_deployment(ops, image, gates, also_after(child, *controller_rbac.resources, *cd_rbac, *self.crds))
+
+
+def plugin_volumes(passthrough: bool) -> list[VolumeArgs]:
+    return [
+        host_path("plugins-registry", PLUGINS_REGISTRY),
+        host_path("plugins", PLUGINS_DIR),
+        host_path("cdi-root", consts.CDI_SPEC_DIR),  # no type, as NVIDIA's asset: the toolkit creates it
+        host_path("host-root", "/"),
+        host_path("driver-install-dir", consts.DRIVER_INSTALL_DIR, "DirectoryOrCreate"),
+        VALIDATIONS_VOLUME,
+        *(PASSTHROUGH_VOLUMES if passthrough else ()),
+    ]
+
+
+def registered_device_classes(resource: Any, compute_domains: bool, child: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    """The DeviceClasses workloads' ResourceClaims name (kept: deleting one strands those claims)."""
+    return [
+        resource.DeviceClass(
+            class_name,
+            metadata=meta(class_name, labels={NAME_LABEL: APP_NAME}),
+            spec=resource.DeviceClassSpecArgs(selectors=[resource.DeviceSelectorArgs(cel=resource.CELDeviceSelectorArgs(expression=cel))]),
+            opts=kept(child),
+        )
+        for class_name, cel in device_classes(compute_domains).items()
+    ]

@@ -97,6 +97,31 @@ def mig_manager_env(*, cdi: bool, toolkit_install_dir: Optional[str], with_reboo
     return values
 
 
+def mig_manager_container(ops: Operands, *, toolkit_enabled: bool, with_reboot: bool) -> ContainerArgs:
+    """The MIG manager's own container: mig-parted through NVIDIA's entrypoint, with the host's GPU clients."""
+    return ContainerArgs(
+        name=NAME,
+        image=ops.images.mig_manager,
+        image_pull_policy="IfNotPresent",
+        command=["/bin/sh", "-c"],
+        args=["/bin/entrypoint.sh"],
+        env=mig_manager_env(
+            cdi=ops.cdi, toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None, with_reboot=with_reboot
+        ),
+        security_context=PRIVILEGED,
+        volume_mounts=[
+            mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
+            mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
+            mount("host-sys", "/sys"),
+            mount("host-root", "/host", propagation="HostToContainer"),
+            mount("gpu-clients", "/gpu-clients"),
+            mount("mig-parted-config", CONFIG_DIR),
+            mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
+            mount("cdi-root", consts.CDI_SPEC_DIR),
+        ],
+    )
+
+
 class MigManager(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
     config_map_name: str
@@ -137,27 +162,7 @@ class MigManager(pulumi.ComponentResource):
             data={"entrypoint.sh": ENTRYPOINT},
             opts=child,
         ))
-        manager = ContainerArgs(
-            name=NAME,
-            image=ops.images.mig_manager,
-            image_pull_policy="IfNotPresent",
-            command=["/bin/sh", "-c"],
-            args=["/bin/entrypoint.sh"],
-            env=mig_manager_env(
-                cdi=ops.cdi, toolkit_install_dir=ops.toolkit_install_dir if toolkit_enabled else None, with_reboot=with_reboot
-            ),
-            security_context=PRIVILEGED,
-            volume_mounts=[
-                mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
-                mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
-                mount("host-sys", "/sys"),
-                mount("host-root", "/host", propagation="HostToContainer"),
-                mount("gpu-clients", "/gpu-clients"),
-                mount("mig-parted-config", CONFIG_DIR),
-                mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
-                mount("cdi-root", consts.CDI_SPEC_DIR),
-            ],
-        )
+        manager = mig_manager_container(ops, toolkit_enabled=toolkit_enabled, with_reboot=with_reboot)
         self.daemonset = operand_daemonset(
             NAME,
             ops,

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs
+from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, VolumeArgs, VolumeMountArgs
 
 from components.catalogs import consts
 from components.catalogs.openshift import CRIO_HOOKS_DIR
@@ -122,6 +122,64 @@ def toolkit_env(files: RuntimeFiles, *, cdi: bool, install_dir: str, runtime_cla
     return base
 
 
+def runtime_paths(files: RuntimeFiles) -> tuple[list[VolumeMountArgs], list[VolumeArgs]]:
+    """The container runtime's config, drop-in and socket directories: the mounts and the host paths behind them."""
+    runtime_mounts = [
+        mount(f"{files.runtime}-config", CONFIG_TARGET_DIR),
+        mount(f"{files.runtime}-drop-in-config", DROP_IN_TARGET_DIR),
+    ]
+    runtime_volumes = [
+        host_path(f"{files.runtime}-config", _directory(files.config), "DirectoryOrCreate"),
+        host_path(f"{files.runtime}-drop-in-config", _directory(files.drop_in), "DirectoryOrCreate"),
+    ]
+    if files.socket:
+        runtime_mounts.append(mount(f"{files.runtime}-socket", SOCKET_TARGET_DIR))
+        runtime_volumes.append(host_path(f"{files.runtime}-socket", _directory(files.socket)))
+    return runtime_mounts, runtime_volumes
+
+
+def driver_validation_container(ops: Operands) -> ContainerArgs:
+    """The toolkit pod's gate: waits for the driver's validation before the runtime is configured."""
+    return validator_container(
+        "driver-validation",
+        ops.images.validator,
+        "driver",
+        with_wait=True,
+        extra_env=[OPERATOR_NAMESPACE_ENV],
+        security_context=PRIVILEGED_ROOT_S0,
+        mounts=[
+            mount("driver-install-dir", consts.DRIVER_INSTALL_DIR, propagation="HostToContainer"),
+            mount("run-nvidia-validations", consts.VALIDATIONS_DIR, propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-dev-char", "/host-dev-char"),
+        ],
+    )
+
+
+def toolkit_container(ops: Operands, files: RuntimeFiles, runtime_mounts: list[VolumeMountArgs]) -> ContainerArgs:
+    """NVIDIA's toolkit container: installs the runtime hooks and configures the node's container runtime."""
+    return ContainerArgs(
+        name="nvidia-container-toolkit-ctr",
+        image=ops.images.toolkit,
+        image_pull_policy="IfNotPresent",
+        command=["/bin/sh", "-c"],
+        args=["/bin/entrypoint.sh"],
+        env=toolkit_env(files, cdi=ops.cdi, install_dir=ops.toolkit_install_dir, runtime_class=ops.runtime_class or RUNTIME_CLASS),
+        security_context=PRIVILEGED_S0,
+        volume_mounts=[
+            mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
+            mount("toolkit-root", "/run/nvidia/toolkit"),
+            mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
+            mount("toolkit-install-dir", ops.toolkit_install_dir),
+            mount("crio-hooks", "/usr/share/containers/oci/hooks.d"),
+            mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("cdi-root", consts.CDI_SPEC_DIR),
+            *runtime_mounts,
+        ],
+    )
+
+
 class ContainerToolkit(pulumi.ComponentResource):
     daemonset: k8s.apps.v1.DaemonSet
 
@@ -143,53 +201,11 @@ class ContainerToolkit(pulumi.ComponentResource):
             data={"entrypoint.sh": ENTRYPOINT},
             opts=child,
         )
-        runtime_mounts = [
-            mount(f"{files.runtime}-config", CONFIG_TARGET_DIR),
-            mount(f"{files.runtime}-drop-in-config", DROP_IN_TARGET_DIR),
-        ]
-        runtime_volumes = [
-            host_path(f"{files.runtime}-config", _directory(files.config), "DirectoryOrCreate"),
-            host_path(f"{files.runtime}-drop-in-config", _directory(files.drop_in), "DirectoryOrCreate"),
-        ]
-        if files.socket:
-            runtime_mounts.append(mount(f"{files.runtime}-socket", SOCKET_TARGET_DIR))
-            runtime_volumes.append(host_path(f"{files.runtime}-socket", _directory(files.socket)))
+        runtime_mounts, runtime_volumes = runtime_paths(files)
         # cri-o outside OpenShift reads hooks from /usr/share (the asset's /run path is OpenShift's).
         hooks_dir = "/usr/share/containers/oci/hooks.d" if files.runtime == "crio" and not ops.openshift else CRIO_HOOKS_DIR
-        driver_validation = validator_container(
-            "driver-validation",
-            ops.images.validator,
-            "driver",
-            with_wait=True,
-            extra_env=[OPERATOR_NAMESPACE_ENV],
-            security_context=PRIVILEGED_ROOT_S0,
-            mounts=[
-                mount("driver-install-dir", consts.DRIVER_INSTALL_DIR, propagation="HostToContainer"),
-                mount("run-nvidia-validations", consts.VALIDATIONS_DIR, propagation="Bidirectional"),
-                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                mount("host-dev-char", "/host-dev-char"),
-            ],
-        )
-        toolkit = ContainerArgs(
-            name="nvidia-container-toolkit-ctr",
-            image=ops.images.toolkit,
-            image_pull_policy="IfNotPresent",
-            command=["/bin/sh", "-c"],
-            args=["/bin/entrypoint.sh"],
-            env=toolkit_env(files, cdi=ops.cdi, install_dir=ops.toolkit_install_dir, runtime_class=ops.runtime_class or RUNTIME_CLASS),
-            security_context=PRIVILEGED_S0,
-            volume_mounts=[
-                mount(ENTRYPOINT_CONFIGMAP, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh"),
-                mount("toolkit-root", "/run/nvidia/toolkit"),
-                mount("run-nvidia-validations", consts.VALIDATIONS_DIR),
-                mount("toolkit-install-dir", ops.toolkit_install_dir),
-                mount("crio-hooks", "/usr/share/containers/oci/hooks.d"),
-                mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
-                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                mount("cdi-root", consts.CDI_SPEC_DIR),
-                *runtime_mounts,
-            ],
-        )
+        driver_validation = driver_validation_container(ops)
+        toolkit = toolkit_container(ops, files, runtime_mounts)
         self.daemonset = operand_daemonset(
             DAEMONSET,
             ops,
