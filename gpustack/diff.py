@@ -63,10 +63,25 @@ def _git(*args: str) -> bytes:
     return result.stdout
 
 
+def _commit(ref: str) -> str:
+    """The commit `ref` names. A ref this checkout lacks (`origin/main` in a fresh clone or a CI checkout of one
+    branch) is the usual case, and git says nothing about it under --quiet: say what is missing and the two ways out."""
+    result = interrupts.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"])
+    if result.returncode == 0:
+        return result.stdout.decode().strip()
+    shown = ref if len(ref) <= 80 else ref[:80] + "..."
+    reason = " ".join(result.stderr.decode(errors="replace").split())[:300]
+    if reason:  # not a repository at all, or git itself failing: its own words
+        raise DiffInputError(f"--base {shown}: {reason}")
+    if Path(ref).suffix in (".yaml", ".yml"):
+        raise DiffInputError(f"no such file: {shown} (nor a commit of this repository)")
+    raise DiffInputError(f"no such commit: {shown}; fetch it or pass a file")
+
+
 def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, Any]]]:
     """The stack as the program at `ref` renders it, and its stack file's `config:` there; None when the stack did
     not exist there."""
-    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
+    commit = _commit(ref)
     with interrupts.temporary_directory("gpustack-diff-") as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()

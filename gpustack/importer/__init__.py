@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 
 from components.catalogs import catalog
 from components.config import OS_TAG, ConfigError
-from gpustack import interrupts
+from gpustack import interrupts, stack_schema
 from gpustack.importer.build import import_cluster_policy
 from gpustack.importer.clusterpolicy import cluster_policy_of
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, read_yaml
@@ -48,6 +48,7 @@ from gpustack.importer.live import read_cluster
 from gpustack.importer.nvidiadriver import nvidia_drivers_of
 from gpustack.importer.output import json_report, refusal, text_report
 from gpustack.importer.stackfile import policy_config, stack_yaml, validate
+from gpustack.paths import shown
 
 __all__ = [
     "ClusterFacts",
@@ -232,12 +233,14 @@ def run(args: argparse.Namespace) -> int:
     policy_out = _policy_path(args, out)
     if policy_document and policy_out.exists() and not args.force:
         return _refuse(args, f"{policy_out} exists; pass --force to overwrite it")
-    files = {out: stack_yaml(result, "python -m gpustack import")}
-    written = [f"wrote {out}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})"]
+    # The schema line first, as in every stack of stacks/: an editor validates the import before it is committed.
+    files = {out: stack_schema.modeline(out, PROJECT_DIR / "docs" / "stack.schema.json") + "\n"
+             + stack_yaml(result, "python -m gpustack import")}
+    written = [f"wrote {shown(out)}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})"]
     if policy_document:
         files[policy_out] = json.dumps(policy_document, indent=2) + "\n"
-        how = "" if not args.out else f" (pass it to check/render with --policy-config {policy_out})"
-        written.append(f"wrote {policy_out}: the policy pack settings the imported stack needs{how}")
+        how = "" if not args.out else f" (pass it to check/render with --policy-config {shown(policy_out)})"
+        written.append(f"wrote {shown(policy_out)}: the policy pack settings the imported stack needs{how}")
     report = (json.dumps(json_report(result, written), indent=2, default=str) + "\n" if args.format == "json"
               else text_report(result, written))
     if args.report:
