@@ -171,7 +171,8 @@ def cmd_pack_facts(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag; the docs tests parse the commands pages show with it (tests/test_doc_commands.py)."""
     parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -213,7 +214,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pr_comment.add_parser(sub)
     docs.add_parser(sub)
     stack_schema.add_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         code = args.run(args)
         sys.stdout.flush()  # inside the guard: a closed pipe shows here, not at the interpreter's exit
