@@ -60,7 +60,8 @@ def leave(signum: int) -> None:
         signal.signal(other, signal.SIG_IGN)
     _stop_children()
     _remove_temporary()
-    os.write(2, MESSAGE)
+    with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
+        os.write(2, MESSAGE)
     os._exit(EXIT_CODES[signal.Signals(signum)])
 
 
@@ -186,6 +187,9 @@ def _stage(path: Path, text: str) -> Path:
         _temporary.append(temporary)
     try:
         temporary.write_text(text, encoding="utf-8")
+        if path.exists():
+            # A file rewritten in place keeps its permissions (a state export edited by nfd_migration may be 0600).
+            shutil.copymode(path, temporary)
     except BaseException:
         _remove(temporary)
         _forget(temporary)

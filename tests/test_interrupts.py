@@ -141,6 +141,14 @@ def test_a_write_that_fails_half_way_leaves_the_files_as_they_were_and_no_folder
     assert interrupts._temporary == []
 
 
+def test_a_file_rewritten_whole_keeps_its_permissions(tmp_path):
+    state = tmp_path / "state.json"
+    state.write_text("{}\n")
+    state.chmod(0o600)
+    interrupts.write_text(state, '{"version": 3}\n')
+    assert state.read_text() == '{"version": 3}\n' and state.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_signal_held_back_during_a_step_takes_effect_right_after_it(monkeypatch):
     left: list[int] = []
     monkeypatch.setattr(interrupts, "leave", left.append)
