@@ -9,8 +9,7 @@ import functools
 import json
 import re
 import subprocess
-import sys
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -18,6 +17,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 import gpustack.__main__ as cli
+from gpustack import __version__
 from docblocks import Block, blocks, commands, logical_lines, message_mismatch, mismatch, words
 from stacktest import ROOT, STACKS, render_stack, stack_config
 
@@ -73,7 +73,7 @@ def _gpustack(argv: list[str], capsys) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
-def _python_c(code: str, capsys) -> str:
+def _python_c(code: str) -> str:
     printed = StringIO()
     with redirect_stdout(printed):
         exec(compile(code, "<docs>", "exec"), {"__name__": "__main__"})  # noqa: S102 - the page's own one-liner
@@ -104,7 +104,7 @@ def execute(command: str, tmp_path: Path, capsys) -> tuple[int, str]:
     if program.endswith(("python", "python3")) and rest[:2] == ["-m", "gpustack"]:
         return _gpustack(rest[2:], capsys)
     if program.endswith(("python", "python3")) and rest[:1] == ["-c"]:
-        return 0, _python_c(rest[1], capsys)
+        return 0, _python_c(rest[1])
     if program == "make":
         return 0, _make(rest, tmp_path, capsys)
     done = subprocess.run(found, cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -116,7 +116,7 @@ def recorded_h100(monkeypatch, tmp_path) -> None:
     hostname `vm`."""
     from gpustack import inventory
 
-    sys.path.insert(0, str(AGENT_TESTS))
+    monkeypatch.syspath_prepend(str(AGENT_TESTS))
     from fakenvml import FakeNvml
 
     FakeNvml.from_recording(AGENT_TESTS / "fixtures" / "nvml" / "h100-80gb-hbm3-driver-580.json").install(monkeypatch)
@@ -255,8 +255,6 @@ def _named_problems(command: list[str], project_text: str) -> list[str]:
 def _gpustack_problems(argv: list[str]) -> list[str]:
     stderr = StringIO()
     try:
-        from contextlib import redirect_stderr
-
         with redirect_stderr(stderr):
             args = cli.build_parser().parse_args(argv)
     except SystemExit:
@@ -288,8 +286,6 @@ def _other_problems(command: list[str], cwd: Path) -> list[str]:
         targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
         problems += [f"no make target {t}" for t in command[1:] if "=" not in t and t not in targets]
     if program == "docker" and "build" in command:
-        from gpustack import __version__
-
         tags = [v for f, v in zip(command, command[1:]) if f in ("-t", "--tag") and "node-agent:" in v]
         problems += [f"{t}: the node agent is {__version__}" for t in tags if not t.endswith(":" + __version__)]
     for word in command:
@@ -331,4 +327,4 @@ def test_the_checks_of_a_cluster_block_can_fail(project_text):
     assert _pulumi_problems(["pulumi", "stack", "output", "gpuResource", "-s", "dev"], ROOT) == [
         "the program exports no gpuResource"]
     assert _other_problems(["docker", "build", "-t", "r/gpu-stack-node-agent:0.1.0", "node_images/agent"], ROOT) == [
-        f"r/gpu-stack-node-agent:0.1.0: the node agent is {__import__('gpustack').__version__}", "no such file: node_images/agent"]
+        f"r/gpu-stack-node-agent:0.1.0: the node agent is {__version__}", "no such file: node_images/agent"]
