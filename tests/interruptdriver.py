@@ -146,7 +146,9 @@ def _wait(pid: int, until: Callable[[], bool]) -> tuple[int, float]:
 
 
 def run_case(case: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
-    folder = Path(tempfile.mkdtemp(prefix="interrupt-case-"))
+    # The child's stdout, stderr and signal stamp, beside the case's own folders (the test's tmp_path).
+    folder = Path(case["tmp"]).parent / "driver"
+    folder.mkdir()
     argv = case["argv"]
     reused = _made(argv[argv.index("--stack") + 1], made) if case.get("rendered") else None
     pid = os.fork()
