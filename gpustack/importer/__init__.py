@@ -233,6 +233,14 @@ def run(args: argparse.Namespace) -> int:
     policy_out = _policy_path(args, out)
     if policy_document and policy_out.exists() and not args.force:
         return _refuse(args, f"{policy_out} exists; pass --force to overwrite it")
+    _write(args, result, cfg, out, (policy_out, policy_document))
+    return EXIT_OK
+
+
+def _write(args: argparse.Namespace, result: ImportResult, cfg: Any, out: Path, policy: tuple[Path, dict[str, Any]]) -> None:
+    """The stack file, its policy settings (when it needs any) and the report, all together or not at all (an
+    interrupt, a full disk); then the report on stdout, or the line naming its file."""
+    policy_out, policy_document = policy
     # The schema line first, as in every stack of stacks/: an editor validates the import before it is committed.
     files = {out: stack_schema.modeline(out, PROJECT_DIR / "docs" / "stack.schema.json") + "\n"
              + stack_yaml(result, "python -m gpustack import")}
@@ -245,10 +253,8 @@ def run(args: argparse.Namespace) -> int:
               else text_report(result, written))
     if args.report:
         files[Path(args.report)] = report
-    # The stack, its policy settings and the report together or not at all (an interrupt, a full disk).
     interrupts.write_files(files)
     if args.report:
         print(f"wrote {args.report}: the migration report ({args.format})")
     else:
         sys.stdout.write(report)
-    return EXIT_OK
