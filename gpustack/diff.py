@@ -69,13 +69,13 @@ def _commit(ref: str) -> str:
     result = interrupts.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"])
     if result.returncode == 0:
         return result.stdout.decode().strip()
-    shown = ref if len(ref) <= 80 else ref[:80] + "..."
+    named = ref if len(ref) <= 80 else ref[:80] + "..."
     reason = " ".join(result.stderr.decode(errors="replace").split())[:300]
     if reason:  # not a repository at all, or git itself failing: its own words
-        raise DiffInputError(f"--base {shown}: {reason}")
+        raise DiffInputError(f"--base {named}: {reason}")
     if Path(ref).suffix in (".yaml", ".yml"):
-        raise DiffInputError(f"no such file: {shown} (nor a commit of this repository)")
-    raise DiffInputError(f"no such commit: {shown}; fetch it or pass a file")
+        raise DiffInputError(f"no such file: {named} (nor a commit of this repository)")
+    raise DiffInputError(f"no such commit: {named}; fetch it or pass a file")
 
 
 def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, Any]]]:
