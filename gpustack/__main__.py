@@ -4,11 +4,19 @@ Exit codes: 0 clean; 1 a mandatory policy is violated (check: or an object fails
 rule of the API server's own validation);
 2 an input is invalid: the stack file or its configuration, the policy pack config, an import input, an unknown
 --format (message on stderr, nothing written), or the review host refused a `comment`; 3 an internal error (a
-one-line message asking for a report; `--debug`, a global flag, prints the traceback); 130 interrupted; 141 stdout
-was closed early (`render ... | head`), quietly, as SIGPIPE would.
+one-line message asking for a report; `--debug`, a global flag, prints the traceback); 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM), one line and nothing half written (gpustack/interrupts.py); 141 stdout was closed early
+(`render ... | head`), quietly, as SIGPIPE would.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":
+    # First, before the imports below (the Pulumi SDK, pydantic, the program: about a second): an interrupt during
+    # them ends the command as cleanly as one during a render.
+    from gpustack import interrupts as _interrupts
+
+    _interrupts.install()
 
 import argparse
 import json
@@ -19,7 +27,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from components.config import ConfigError, stack_file_secret_keys
-from gpustack import diff, docs, findings, graph, importer, inventory, mig_hardware, packfacts, pr_comment, render, sarif, stack_schema
+from gpustack import diff, docs, findings, graph, importer, interrupts, inventory, mig_hardware, packfacts, pr_comment, render, sarif, stack_schema
 from gpustack.checking import Checked, StackFileError, check_one, evaluate, load_stack, read_stack, resolve_stack, summary
 from gpustack.importer import ImportInputError
 from gpustack.keylines import KeyLines
@@ -44,12 +52,14 @@ POLICY_CONFIG_HELP = (
 def cmd_render(args: argparse.Namespace) -> int:
     cfg, recording, violations = evaluate(args.stack, args.preview, args.policy_config)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifests.yaml").write_text(render.manifests_yaml(recording))
-    (out / "graph.json").write_text(json.dumps(render.graph(recording), indent=2) + "\n")
-    (out / "policy.json").write_text(json.dumps({"violations": [v.as_json() for v in violations]}, indent=2) + "\n")
-    # which stack key set each field (components/kit/sources.py): what check, diff and their reports trace keys by
-    (out / "sources.json").write_text(json.dumps(recording.sources or {"objects": {}}, indent=2) + "\n")
+    # All four or none: a render interrupted or failing half-way leaves the previous render whole, never a mix.
+    interrupts.write_files({
+        out / "manifests.yaml": render.manifests_yaml(recording),
+        out / "graph.json": json.dumps(render.graph(recording), indent=2) + "\n",
+        out / "policy.json": json.dumps({"violations": [v.as_json() for v in violations]}, indent=2) + "\n",
+        # which stack key set each field (components/kit/sources.py): what check, diff and their reports trace keys by
+        out / "sources.json": json.dumps(recording.sources or {"objects": {}}, indent=2) + "\n",
+    })
     objects = sum(1 for r in recording.registrations if r.is_kubernetes_object)
     print(f"{recording.stack}: {objects} Kubernetes objects, {len(recording.registrations)} resources -> {out}/")
     _print_violations(violations, recording)
@@ -61,7 +71,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     recording = run_program(name, bag, secret_keys=stack_file_secret_keys(read_stack(args.stack)[1]))
     text = graph.mermaid(recording)
     if args.out:
-        Path(args.out).write_text(text)
+        interrupts.write_text(Path(args.out), text)
         print(f"{name}: wrote {args.out}")
     else:
         print(text, end="")
@@ -161,7 +171,8 @@ def cmd_pack_facts(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag; the docs tests parse the commands pages show with it (tests/test_doc_commands.py)."""
     parser = argparse.ArgumentParser(prog="python -m gpustack", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -203,7 +214,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pr_comment.add_parser(sub)
     docs.add_parser(sub)
     stack_schema.add_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         code = args.run(args)
         sys.stdout.flush()  # inside the guard: a closed pipe shows here, not at the interpreter's exit

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import tempfile
 from pathlib import Path
 
-from gpustack import causes, changes, checking, diff_report, findings, generated, sarif
+from gpustack import causes, changes, checking, diff_report, findings, generated, interrupts, sarif
 from gpustack.keylines import KeyLines
 from gpustack.mockrun import PROJECT_DIR
 from node_images.inputfiles import load_yaml_text
@@ -62,7 +61,7 @@ def _diff_lines(before: str, after: str) -> list[str]:
 
 def example() -> str:
     text = edited_text()
-    with tempfile.TemporaryDirectory() as folder:
+    with interrupts.temporary_directory("gpustack-ci-example-") as folder:
         base, head = _checked(STACK_FILE.read_text(encoding="utf-8"), Path(folder)), _checked(text, Path(folder))
     plan = changes.plan(base.recording, head.recording)
     keys = causes.because(plan, base.recording, head.recording, _config(STACK_FILE.read_text(encoding="utf-8")), _config(text))

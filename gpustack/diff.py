@@ -18,11 +18,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpustack import causes, changes, diff_report
+from gpustack import causes, changes, diff_report, interrupts
+from gpustack.paths import shown
 from gpustack.mockrun import PROJECT_DIR, Recording, recording_from_json, run_program, stack_file_bag
 from node_images.inputfiles import load_stack_file
 
@@ -57,17 +57,32 @@ def _render_file(stack: str, path: Path) -> tuple[Recording, dict[str, Any]]:
 
 
 def _git(*args: str) -> bytes:
-    result = subprocess.run(["git", "-C", str(PROJECT_DIR), *args], capture_output=True)
+    result = interrupts.run(["git", "-C", str(PROJECT_DIR), *args])
     if result.returncode != 0:
         raise DiffInputError(f"git {' '.join(args)}: {result.stderr.decode(errors='replace').strip()[:300]}")
     return result.stdout
 
 
+def _commit(ref: str) -> str:
+    """The commit `ref` names. A ref this checkout lacks (`origin/main` in a fresh clone or a CI checkout of one
+    branch) is the usual case, and git says nothing about it under --quiet: say what is missing and the two ways out."""
+    result = interrupts.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"])
+    if result.returncode == 0:
+        return result.stdout.decode().strip()
+    named = ref if len(ref) <= 80 else ref[:80] + "..."
+    reason = " ".join(result.stderr.decode(errors="replace").split())[:300]
+    if reason:  # not a repository at all, or git itself failing: its own words
+        raise DiffInputError(f"--base {named}: {reason}")
+    if Path(ref).suffix in (".yaml", ".yml"):
+        raise DiffInputError(f"no such file: {named} (nor a commit of this repository)")
+    raise DiffInputError(f"no such commit: {named}; fetch it or pass a file")
+
+
 def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, Any]]]:
     """The stack as the program at `ref` renders it, and its stack file's `config:` there; None when the stack did
     not exist there."""
-    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
-    with tempfile.TemporaryDirectory(prefix="gpustack-diff-") as tmp:
+    commit = _commit(ref)
+    with interrupts.temporary_directory("gpustack-diff-") as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()
         archive = Path(tmp) / "tree.tar"
@@ -87,10 +102,10 @@ def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, A
         shutil.copy(Path(__file__).with_name("mockrun.py"), runner)
         out = Path(tmp) / "recording.json"
         try:
-            result = subprocess.run(
+            result = interrupts.run(
                 [sys.executable, str(runner), "--program-dir", str(tree), "--stack", stack, "--bag", str(bag_file),
                  "--out", str(out)],
-                cwd=tmp, capture_output=True, timeout=BASE_RENDER_SECONDS,
+                cwd=tmp, timeout=BASE_RENDER_SECONDS,
             )
         except subprocess.TimeoutExpired:
             raise DiffInputError(f"rendering {stack} at {ref} took longer than {BASE_RENDER_SECONDS} s") from None
@@ -102,14 +117,6 @@ def render_at_ref(stack: str, ref: str) -> Optional[tuple[Recording, dict[str, A
 
 def _empty(stack: str) -> Recording:
     return Recording(stack=stack, preview=False, registrations=[], outputs={})
-
-
-def _shown(path: Path) -> str:
-    # Relative where it can be, so the header reads the same on every checkout (and in the README's example).
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def run(args: argparse.Namespace, resolve_stack: Callable[[str], tuple[str, Path]], out: Callable[[str], None] = print) -> int:
@@ -130,11 +137,11 @@ def run(args: argparse.Namespace, resolve_stack: Callable[[str], tuple[str, Path
     plan = changes.plan(base, after)
     keys = causes.because(plan, base, after, base_config, after_config)
     if args.format != "text":
-        data = diff_report.report(name, what, _shown(path), plan, base, after, args.allow, because=keys)
+        data = diff_report.report(name, what, shown(path), plan, base, after, args.allow, because=keys)
         out(json.dumps(data, indent=2) if args.format == "json" else diff_report.markdown(data, after).rstrip("\n"))
         return data["exitCode"]
     counts = ", ".join(f"{n} {action}" for action, n in changes.summary(plan).items() if n) or "no changes"
-    out(f"diff {name}: {what} -> {_shown(path)}{note}: {counts}")
+    out(f"diff {name}: {what} -> {shown(path)}{note}: {counts}")
     for line in changes.render_plan(plan, verbose=args.urns, because=keys):
         out(line)
     refused = [(rule, message) for rule, message in plan.dangers if rule == "blocked" or rule not in args.allow]

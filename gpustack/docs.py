@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from gpustack import generated, stack_schema
+from gpustack import generated, interrupts, stack_schema
 
 PROJECT_DIR = stack_schema.PROJECT_DIR
 PAGE = PROJECT_DIR / "docs" / "configuration.md"
@@ -358,7 +358,7 @@ def write_policy_page(path: Path = POLICY_PAGE) -> bool:
     fresh = with_enforcement_table(text)
     if fresh == text:
         return False
-    path.write_text(fresh, encoding="utf-8")
+    interrupts.write_text(path, fresh)
     return True
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpustack import interrupts
+
 
 def stale(path: Path, text: str) -> bool:
     return not path.is_file() or path.read_text(encoding="utf-8") != text
@@ -14,6 +16,6 @@ def write(path: Path, text: str) -> bool:
     """Write `text` to `path`; True when the file changed."""
     if not stale(path, text):
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    # Whole or not at all: an interrupted `gpustack docs` leaves each page as it was or as it should be.
+    interrupts.write_text(path, text)
     return True

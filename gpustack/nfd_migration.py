@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from gpustack import interrupts
 from node_images.inputfiles import IMPORT_INPUT_MAX_BYTES, InputFileError, load_json
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -71,7 +72,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{args.state}: no Helm release {RELEASE} of gpu-stack in this state: nothing to migrate")
         return 0
     out = args.out or args.state
-    out.write_text(json.dumps(state, indent=4) + "\n")
+    # A state file half written would be imported as a broken state: whole or not at all.
+    interrupts.write_text(out, json.dumps(state, indent=4) + "\n")
     for urn in marked:
         print(f"retainOnDelete set on {urn}")
     print(f"wrote {out}: run `pulumi stack import --file {out}`, then "
@@ -80,4 +82,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    interrupts.install()
     sys.exit(main())

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpustack import interrupts
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 FACTS_DIR = PROJECT_DIR / "policies" / "gpu_stack_policies" / "facts"
 # copy name -> source, relative to the project. Sources import only the standard library and each other
@@ -57,8 +59,7 @@ def write(facts_dir: Path = FACTS_DIR) -> list[str]:
     want = expected()
     for name in changed:
         if name in want:
-            (facts_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (facts_dir / name).write_text(want[name], encoding="utf-8")
+            interrupts.write_text(facts_dir / name, want[name])
         else:
             (facts_dir / name).unlink()
     return changed

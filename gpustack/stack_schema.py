@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -62,8 +63,16 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_DIR / "docs" / "stack.schema.json"
 # The first line of a stack file, for the YAML language server; relative to stacks/.
 MODELINE = "# yaml-language-server: $schema=../docs/stack.schema.json"
+MODELINE_PREFIX = "# yaml-language-server: $schema="
 JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
 PREFIX = NAMESPACE + ":"
+
+
+def modeline(stack_file: Path, schema: Path = SCHEMA_PATH) -> str:
+    """The first line of a stack file written to `stack_file`: the language server resolves the schema relative to
+    the file, so one in stacks/ gets MODELINE and one written elsewhere (`import --out`) a path that still finds it."""
+    relative = os.path.relpath(schema.resolve(), stack_file.resolve().parent)
+    return MODELINE_PREFIX + Path(relative).as_posix()
 
 
 def _body(pattern: str) -> str:

@@ -85,9 +85,22 @@ def test_a_stack_the_program_refuses_exits_2_naming_the_key(tmp_path, capsys):
     assert code == cli.EXIT_CONFIG and "gpu-stack:daemonsets.maxUnavailable" in out
 
 
-def test_an_unknown_ref_exits_2(capsys):
-    code, out = run(capsys, "--stack", "dev", "--base", "no-such-ref-anywhere")
-    assert code == cli.EXIT_CONFIG and "no-such-ref-anywhere" in out
+def test_an_unknown_ref_exits_2_naming_it_and_the_way_out(capsys):
+    """A fresh clone or a CI checkout of one branch has no origin/main: one line that says so and what to do."""
+    code, out = run(capsys, "--stack", "dev", "--base", "origin/no-such-branch")
+    assert (code, out) == (cli.EXIT_CONFIG, "no such commit: origin/no-such-branch; fetch it or pass a file\n")
+
+
+def test_a_missing_base_file_is_named_as_a_file(capsys):
+    code, out = run(capsys, "--stack", "dev", "--base", "stacks/Pulumi.no-such-stack.yaml")
+    assert (code, out) == (cli.EXIT_CONFIG, "no such file: stacks/Pulumi.no-such-stack.yaml (nor a commit of this repository)\n")
+
+
+def test_a_base_outside_any_repository_says_what_git_says(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(diff, "PROJECT_DIR", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    code, out = run(capsys, "--stack", "dev", "--base", "main")
+    assert code == cli.EXIT_CONFIG and out.startswith("--base main: fatal: not a git repository") and out.count("\n") == 1
 
 
 @pytest.fixture(scope="module")

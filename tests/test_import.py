@@ -7,6 +7,7 @@ import functools
 import json
 from typing import Optional, Sequence
 
+import jsonschema
 import pytest
 import yaml
 
@@ -14,7 +15,7 @@ import gpustack.__main__ as cli
 from components.catalogs import catalog, mig_catalog
 from components.kit import sharing
 from components.config import load_config, stack_file_config
-from gpustack import apiserver, importer
+from gpustack import apiserver, importer, stack_schema
 from gpustack.render import objects_in_order as render_objects_in_order
 from gpustack.importer import ClusterFacts, ImportInputError, ImportResult
 from gpustack.importer.mig import layout_from_mig_parted
@@ -403,6 +404,25 @@ def test_cli_writes_into_stacks_by_default_and_refuses_to_overwrite_without_forc
     assert written.read_text().endswith("# edited by hand\n")
     assert cli_import(*args, "--force") == cli.EXIT_OK
     assert written.read_text() == before
+
+
+def test_an_imported_stack_starts_with_the_schema_line_and_holds_to_the_schema(tmp_path, monkeypatch, capsys):
+    """Committed as written, the import passes what tests/test_stack_schema.py asks of every stack in stacks/."""
+    monkeypatch.setattr(importer, "PROJECT_DIR", tmp_path)
+    assert cli_import("--clusterpolicy", fixture("host-driver.yaml"), "--configmap", fixture("configmap-host.yaml"),
+                      "--stack", "lab") == cli.EXIT_OK
+    text = (tmp_path / "stacks" / "Pulumi.lab.yaml").read_text()
+    assert text.splitlines()[0] == stack_schema.MODELINE
+    validator = jsonschema.Draft7Validator(json.loads(stack_schema.SCHEMA_PATH.read_text()))
+    assert [error.message for error in validator.iter_errors(yaml.safe_load(text))] == []
+
+
+def test_an_import_written_elsewhere_names_the_schema_by_a_path_that_finds_it_from_there(tmp_path, capsys):
+    out = tmp_path / "review" / "cluster" / "Pulumi.lab.yaml"
+    assert cli_import("--clusterpolicy", fixture("minimal.yaml"), "--stack", "lab", "--out", str(out)) == cli.EXIT_OK
+    first = out.read_text().splitlines()[0]
+    assert first.startswith(stack_schema.MODELINE_PREFIX) and first != stack_schema.MODELINE
+    assert (out.parent / first.removeprefix(stack_schema.MODELINE_PREFIX)).resolve() == stack_schema.SCHEMA_PATH
 
 
 @pytest.mark.parametrize(

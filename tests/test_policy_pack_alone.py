@@ -7,6 +7,7 @@ The facts the pack judges by are its own copies, kept equal to their sources."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -189,3 +190,17 @@ def test_a_policy_level_changed_in_a_stack_config_makes_the_table_stale(tmp_path
     assert docs.policy_page_stale(page)
     docs.write_policy_page(page)
     assert not docs.policy_page_stale(page)
+
+
+def test_the_per_stack_settings_in_the_docs_are_the_config_files(tmp_path):
+    """The list of where stacks differ is generated too: a stack moved from one bound to another shows up."""
+    from gpustack import docs, policyrun
+
+    config = tmp_path / "config"
+    shutil.copytree(policyrun.CONFIG_DIR, config)
+    settings = json.loads((config / "k0s.json").read_text())
+    settings["upgrade-safety"] = {"enforcementLevel": "mandatory", "maxUnavailablePercent": 10, "maxUnavailableCount": 5}
+    (config / "k0s.json").write_text(json.dumps(settings))
+    summary = policyrun.settings_summary(config)
+    assert "`dra`, `k0s`, `kata-cc`" in summary and summary not in docs.POLICY_PAGE.read_text()
+    assert policyrun.settings_summary() in docs.POLICY_PAGE.read_text()

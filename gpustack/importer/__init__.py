@@ -38,6 +38,7 @@ from typing import Any, Optional, Sequence
 
 from components.catalogs import catalog
 from components.config import OS_TAG, ConfigError
+from gpustack import interrupts, stack_schema
 from gpustack.importer.build import import_cluster_policy
 from gpustack.importer.clusterpolicy import cluster_policy_of
 from gpustack.importer.common import ClusterFacts, ImportInputError, ImportResult, NotCarried, read_yaml
@@ -47,6 +48,7 @@ from gpustack.importer.live import read_cluster
 from gpustack.importer.nvidiadriver import nvidia_drivers_of
 from gpustack.importer.output import json_report, refusal, text_report
 from gpustack.importer.stackfile import policy_config, stack_yaml, validate
+from gpustack.paths import shown
 
 __all__ = [
     "ClusterFacts",
@@ -181,7 +183,7 @@ def _cluster_inputs(args: argparse.Namespace) -> _Inputs:
 
 def _emit(args: argparse.Namespace, text: str) -> None:
     if args.report:
-        Path(args.report).write_text(text)
+        interrupts.write_text(Path(args.report), text)
     else:
         sys.stdout.write(text)
 
@@ -231,18 +233,28 @@ def run(args: argparse.Namespace) -> int:
     policy_out = _policy_path(args, out)
     if policy_document and policy_out.exists() and not args.force:
         return _refuse(args, f"{policy_out} exists; pass --force to overwrite it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(stack_yaml(result, "python -m gpustack import"))
-    written = [f"wrote {out}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})"]
+    _write(args, result, cfg, out, (policy_out, policy_document))
+    return EXIT_OK
+
+
+def _write(args: argparse.Namespace, result: ImportResult, cfg: Any, out: Path, policy: tuple[Path, dict[str, Any]]) -> None:
+    """The stack file, its policy settings (when it needs any) and the report, all together or not at all (an
+    interrupt, a full disk); then the report on stdout, or the line naming its file."""
+    policy_out, policy_document = policy
+    # The schema line first, as in every stack of stacks/: an editor validates the import before it is committed.
+    files = {out: stack_schema.modeline(out, PROJECT_DIR / "docs" / "stack.schema.json") + "\n"
+             + stack_yaml(result, "python -m gpustack import")}
+    written = [f"wrote {shown(out)}: {len(cfg.node_pools)} pool(s) ({', '.join(p.name for p in cfg.node_pools)})"]
     if policy_document:
-        policy_out.parent.mkdir(parents=True, exist_ok=True)
-        policy_out.write_text(json.dumps(policy_document, indent=2) + "\n")
-        how = "" if not args.out else f" (pass it to check/render with --policy-config {policy_out})"
-        written.append(f"wrote {policy_out}: the policy pack settings the imported stack needs{how}")
-    if args.format == "json":
-        _emit(args, json.dumps(json_report(result, written), indent=2, default=str) + "\n")
-    else:
-        _emit(args, text_report(result, written))
+        files[policy_out] = json.dumps(policy_document, indent=2) + "\n"
+        how = "" if not args.out else f" (pass it to check/render with --policy-config {shown(policy_out)})"
+        written.append(f"wrote {shown(policy_out)}: the policy pack settings the imported stack needs{how}")
+    report = (json.dumps(json_report(result, written), indent=2, default=str) + "\n" if args.format == "json"
+              else text_report(result, written))
+    if args.report:
+        files[Path(args.report)] = report
+    interrupts.write_files(files)
     if args.report:
         print(f"wrote {args.report}: the migration report ({args.format})")
-    return EXIT_OK
+    else:
+        sys.stdout.write(report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpustack import interrupts
 from gpustack.importer.mapping import table_rows
 from gpustack.importer.report import DEPRECATED, REASONS, SAME_AS_GPU_STACK
 
@@ -39,10 +40,11 @@ def rewrite_docs(path: Path) -> bool:
     start, end = text.index(DOCS_BEGIN), text.index(DOCS_END) + len(DOCS_END)
     updated = text[:start] + markdown() + text[end:]
     if updated != text:
-        path.write_text(updated)
+        interrupts.write_text(path, updated)
     return updated != text
 
 
 if __name__ == "__main__":
+    interrupts.install()
     docs = DOCS
     print(f"{docs}: {'rewritten' if rewrite_docs(docs) else 'up to date'}")
