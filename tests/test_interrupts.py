@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpustack import interrupts
+from gpustack import __version__, interrupts
 from stacktest import ROOT
 
 DRIVER = Path(__file__).with_name("interruptdriver.py")
@@ -39,7 +39,7 @@ CASES = {
     "import, writing the stack": (
         ["import", "--clusterpolicy", "host-driver.yaml", "--context", "dc2-admin", "--gpu-model", "L40S", "--os", "rhel9",
          "--kubernetes-version", "1.31",
-         "--node-agent-image", "registry.dc2.corp:5000/gpu-stack/node-agent:0.8.0", "--stack", "lab",
+         "--node-agent-image", f"registry.dc2.corp:5000/gpu-stack/node-agent:{__version__}", "--stack", "lab",
          "--out", "{out}/new/Pulumi.lab.yaml"],
         "staging:1", "SIGTERM"),
     "docs, generating a page": (["docs", "--check"], "docs", "SIGINT"),
