@@ -7,7 +7,7 @@ An operand's image comes from the catalog (components/catalogs/catalog.py IMAGES
 
 The operator's ImagePath rule joins the parts: a `sha256:` version is a digest (`@`), anything else a tag (`:`). The
 driver and its GPUDirect sidecars are resolved per node OS: resolveDriverTag appends `-<osTag>` to a tag, never to a
-digest (components/kit/driver_targets.py builds one per driver DaemonSet from `driver_parts` and `sidecar_parts`).
+digest (components/states/driver/targets.py builds one per driver DaemonSet from `driver_parts` and `sidecar_parts`).
 
 The states read `Images`; the config rules check that what `operands.<key>` composes is a reference
 (`composed_reference`).

@@ -6,7 +6,7 @@ manager rewrite these labels at run time (`paused-for-*`, `pre-installed`, `fals
 state would fight them on every update. Instead the stack renders the desired labels per pool into a ConfigMap
 and the agent (node_images/node-agent) applies them to its own node, keeping every run-time value it finds.
 
-The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver.py): the document
+The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver/state.py): the document
 names each driver DaemonSet's template digest, and an agent replaces its own node's outdated driver pod only while
 it holds a slot of the fleet's one disruption budget (`removal`), which also paces driver handovers, deploy-label
 removals and MIG relayouts. The upgrade coordinator beside it (kit/upgrade_coordinator.py) grants those slots, in

@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 from components.config import StackConfig
 from components.config.images import operand_images, resolve_images, sidecar_parts
 from components.kit.builders import Operands
-from components.kit.driver_targets import Sidecars
+from components.states.driver.targets import Sidecars
 from components.states.prerequisites import REGISTRY_SECRET
 
 

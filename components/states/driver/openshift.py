@@ -20,7 +20,7 @@ from pulumi_kubernetes.core.v1 import (
 
 from components.catalogs import openshift as facts
 from components.kit.builders import PRIVILEGED_S0, env, meta, mount
-from components.kit.driver_targets import OpenShiftDriver, Sidecars
+from components.states.driver.targets import OpenShiftDriver, Sidecars
 
 
 def trusted_ca_configmap(namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:

@@ -3,7 +3,7 @@
 Objects as in GO:assets/state-driver: SA/Role/RoleBinding/ClusterRole/ClusterRoleBinding `nvidia-driver`,
 ConfigMap `nvidia-driver-startup-probe`, and driver DaemonSets with the `k8s-driver-manager` init container.
 
-Which DaemonSets (one per pool, or per name that pools pin) is planned in components/kit/driver_targets.py
+Which DaemonSets (one per pool, or per name that pools pin) is planned in components/states/driver/targets.py
 (`plan_targets`). Every driver DaemonSet is a child of `state-driver`, whichever upgrade wave its pools are in:
 waves only decide what it waits for, so moving a pool between waves, renaming or reordering waves never changes a
 DaemonSet's identity.
@@ -82,16 +82,16 @@ from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import NodePool, Upgrade
 from components.config.keys import derived, flag
-from components.kit.driver_extensions import (
+from components.states.driver.extensions import (
     pod_extensions,
     tuned,
     wait_for_completion_containers,
     wait_for_completion_tolerations,
 )
-from components.kit import openshift
-from components.kit.agent_rolled import UPDATE_STRATEGY, agent_rolled
-from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
-from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
+from components.states.driver import openshift
+from components.states.driver.rolled import UPDATE_STRATEGY, agent_rolled
+from components.states.driver.sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
+from components.states.driver.targets import DriverTarget, ValidatedFiles, config_digest
 
 NAME = "nvidia-driver"
 DAEMONSET = "nvidia-driver-daemonset"

@@ -1,6 +1,6 @@
 """The driver pod's GPUDirect sidecars (nvidia-peermem, nvidia-fs, gdrcopy) and the env that tells the driver install
 and k8s-driver-manager about GPUDirect, as NVIDIA's state-driver asset renders them (GO:assets/state-driver/
-0500_daemonset.yaml); the driver DaemonSet itself is components/states/driver.py."""
+0500_daemonset.yaml); the driver DaemonSet itself is components/states/driver/state.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pulumi_kubernetes.core.v1 import ContainerArgs, ExecActionArgs, ProbeArgs
 from components.catalogs import consts
 from components.catalogs.openshift import DTK_ENTRYPOINT, DTK_SHARED_DIR, DTK_SIDECAR_VERBS, DTK_VOLUME
 from components.kit.builders import PRIVILEGED_S0, env, mount
-from components.kit.driver_extensions import DriverPodExtensions
-from components.kit.driver_targets import DriverTarget, Sidecars, sidecar_images
+from components.states.driver.extensions import DriverPodExtensions
+from components.states.driver.targets import DriverTarget, Sidecars, sidecar_images
 
 # k8s-driver-manager, the driver and peermem must run under runc, never the NVIDIA runtime's hook (NVIDIA's
 # state-driver manifest sets it on all three).
@@ -46,7 +46,7 @@ SIDECAR_MOUNTS = (
 
 def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions] = None) -> list[ContainerArgs]:
     """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml),
-    with the mounts and envFrom the stack's driver extensions give each (kit/driver_extensions.py)."""
+    with the mounts and envFrom the stack's driver extensions give each (states/driver/extensions.py)."""
     ext = ext or DriverPodExtensions()
     sidecars = target.sidecars
     containers = []
