@@ -20,11 +20,11 @@ from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
 from components.states.driver.targets import ValidatedFiles, plan_targets
-from components.kit.node_inventory import NodeInventory
-from components.kit.node_labeler import NodeLabeler, Removal
+from components.states.node_inventory import NodeInventory
+from components.states.node_labeler import NodeLabeler, Removal
 from components.kit.stack_inputs import gpudirect_sidecars, operands
-from components.kit.validation_gate import ValidationGate
-from components.kit.waves import DriverWaves
+from components.states.validation_gate import ValidationGate
+from components.states.waves import DriverWaves
 from components.stack_vm import VmStates
 from components.states.dcgm import DRA_REMOTE_HOSTENGINE, REMOTE_HOSTENGINE, Dcgm
 from components.states.dcgm_exporter import DcgmExporter, DraTarget

@@ -20,7 +20,7 @@ from components.states.sandbox_device_plugin import SandboxDevicePlugin
 from components.states.sandbox_validator import SandboxValidator
 from components.states.driver.rolled import RolledDaemonSet
 from components.states.driver.targets import DriverTarget, targets_of_pool
-from components.kit.node_labeler import DriverImage
+from components.states.node_labeler import DriverImage
 from components.states.driver.state import DriverDaemonSet
 from components.states.vfio_manager import VfioManager, plan_vfio_manager
 from components.states.vgpu_device_manager import VgpuDeviceManager

@@ -45,7 +45,7 @@ from components.config.driver_extensions import (
 )
 from components.config.upgrade import Upgrade
 from components.kit.builders import NODE_NAME_ENV, env, env_from_field, host_path, mount
-from components.kit.node_labeler import AGENT_SECURITY
+from components.states.node_labeler import AGENT_SECURITY
 
 LICENSING_VOLUME = "licensing-config"
 # The vGPU topology daemon's config (GO:internal/consts VGPUTopologyConfigMountPath / FileName).

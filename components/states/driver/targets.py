@@ -1,5 +1,5 @@
 """Which driver DaemonSets a stack renders and what each one installs: the plan `state-driver`
-(components/states/driver/state.py) renders and the driver upgrade waves (components/kit/waves.py) order.
+(components/states/driver/state.py) renders and the driver upgrade waves (components/states/waves.py) order.
 
 Which DaemonSets (`plan_targets`): one per pool with a deployed driver, `nvidia-driver-daemonset-<pool>`, or the
 name the pool pins with `driver.daemonSetName` (pools that pin one name share that DaemonSet); without the node

@@ -39,7 +39,7 @@ from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
 from components.states.driver.targets import DriverTarget, targets_of_pool
 from components.states.driver.state import driver_manager_env
-from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
+from components.states.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
 
 NAME = "gpu-stack-wave-gate"
 GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"
