@@ -19,10 +19,10 @@ from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
-from components.states.driver.targets import ValidatedFiles, plan_targets
+from components.states.driver.targets import ValidatedFiles, gpudirect_sidecars, plan_targets
 from components.states.node_inventory import NodeInventory
 from components.states.node_labeler import NodeLabeler, Removal
-from components.kit.stack_inputs import gpudirect_sidecars, operands
+from components.kit.stack_inputs import operands
 from components.states.validation_gate import ValidationGate
 from components.states.waves import DriverWaves
 from components.stack_vm import VmStates

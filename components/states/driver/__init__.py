@@ -8,6 +8,8 @@ travels through it:
 - targets.py: which driver DaemonSets a stack renders and what each installs (`plan_targets`: per pool, per
   node image, per pinned name), the GPUDirect sidecars they build, and the config digest that tells
   k8s-driver-manager whether a reinstall is needed;
+- images.py: the driver's and the sidecars' image on each node OS (the `-<osTag>` suffix), from the repository
+  and version components/config/images.py resolves for every operand;
 - extensions.py: what the stack's `driver.*` keys add to the pod (licence, repositories, CAs, module
   parameters, secretEnv, extra volumes, probe timings) and the `upgrade.waitForCompletion` init container;
 - sidecars.py: the GPUDirect containers (nvidia-peermem, nvidia-fs, gdrcopy) and their env;

@@ -21,7 +21,7 @@ from typing import Optional
 
 from components.config import NodePool, StackConfig
 from components.config.image_lists import DriverFlavour
-from components.config.images import os_tagged
+from components.states.driver.images import os_tagged, sidecar_parts
 from components.states.driver.extensions import digest_material
 from components.kit.naming import sanitize_kernel  # noqa: F401  (the importer's, from here)
 from node_images import catalog as node_image_catalog
@@ -91,6 +91,16 @@ class DriverTarget:
     @property
     def precompiled(self) -> bool:
         return self.kernel is not None
+
+
+def gpudirect_sidecars(cfg: StackConfig) -> Sidecars:
+    gpudirect = cfg.gpudirect
+    return Sidecars(
+        gds=sidecar_parts(cfg, "gds") if gpudirect.gds else None,
+        gdrcopy=sidecar_parts(cfg, "gdrcopy") if gpudirect.gdrcopy else None,
+        rdma=gpudirect.rdma.enabled,
+        host_mofed=gpudirect.rdma.use_host_mofed,
+    )
 
 
 def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:
