@@ -4,9 +4,10 @@ and k8s-driver-manager about GPUDirect, as NVIDIA's state-driver asset renders t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
-from pulumi_kubernetes.core.v1 import ContainerArgs, ExecActionArgs, ProbeArgs
+from pulumi_kubernetes.core.v1 import ContainerArgs, EnvVarArgs, ExecActionArgs, ProbeArgs
 
 from components.catalogs import consts
 from components.catalogs.openshift import DTK_ENTRYPOINT, DTK_SHARED_DIR, DTK_SIDECAR_VERBS, DTK_VOLUME
@@ -101,3 +102,21 @@ def gpudirect_env(sidecars: Sidecars, *, driver_container: bool) -> list:
         wanted += [("GDRCOPY_ENABLED", sidecars.gdrcopy is not None), ("GDS_ENABLED", sidecars.gds is not None)]
     wanted += [("GPU_DIRECT_RDMA_ENABLED", sidecars.rdma), ("USE_HOST_MOFED", sidecars.rdma and sidecars.host_mofed)]
     return [env(name, "true") for name, on in wanted if on]
+
+
+@dataclass(frozen=True)
+class GpuDirectPod:
+    """Everything GPUDirect adds to one driver pod, handed over at once: the driver container's env,
+    k8s-driver-manager's, and the sidecar containers."""
+
+    driver_env: list[EnvVarArgs]
+    manager_env: list[EnvVarArgs]
+    containers: list[ContainerArgs]
+
+
+def gpudirect_pod(target: DriverTarget, ext: Optional[DriverPodExtensions] = None) -> GpuDirectPod:
+    return GpuDirectPod(
+        driver_env=gpudirect_env(target.sidecars, driver_container=True),
+        manager_env=gpudirect_env(target.sidecars, driver_container=False),
+        containers=gpudirect_containers(target, ext),
+    )
