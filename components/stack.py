@@ -19,12 +19,12 @@ from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
-from components.kit.driver_targets import ValidatedFiles, plan_targets
-from components.kit.node_inventory import NodeInventory
-from components.kit.node_labeler import NodeLabeler, Removal
-from components.kit.stack_inputs import gpudirect_sidecars, operands
-from components.kit.validation_gate import ValidationGate
-from components.kit.waves import DriverWaves
+from components.states.driver.targets import ValidatedFiles, gpudirect_sidecars, plan_targets
+from components.states.node_inventory import NodeInventory
+from components.states.node_labeler import NodeLabeler, Removal
+from components.kit.stack_inputs import operands
+from components.states.validation_gate import ValidationGate
+from components.states.waves import DriverWaves
 from components.stack_vm import VmStates
 from components.states.dcgm import DRA_REMOTE_HOSTENGINE, REMOTE_HOSTENGINE, Dcgm
 from components.states.dcgm_exporter import DcgmExporter, DraTarget
@@ -32,7 +32,7 @@ from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
 from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
 from components.states.dra_validator import DraValidator
-from components.states.driver import Driver, plan_driver_daemonsets
+from components.states.driver.state import Driver, plan_driver_daemonsets
 from components.states.gfd import GpuFeatureDiscovery
 from components.states.mig_manager import MigManager
 from components.states.monitoring import StackMonitoring

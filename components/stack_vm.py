@@ -18,13 +18,13 @@ from components.states.kata_device_plugin import KataDevicePlugin
 from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.states.sandbox_device_plugin import SandboxDevicePlugin
 from components.states.sandbox_validator import SandboxValidator
-from components.kit.agent_rolled import RolledDaemonSet
-from components.kit.driver_targets import DriverTarget, targets_of_pool
-from components.kit.node_labeler import DriverImage
-from components.states.driver import DriverDaemonSet
+from components.states.driver.rolled import RolledDaemonSet
+from components.states.driver.targets import DriverTarget, targets_of_pool
+from components.states.node_labeler import DriverImage
+from components.states.driver.state import DriverDaemonSet
 from components.states.vfio_manager import VfioManager, plan_vfio_manager
 from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager, plan_vgpu_managers, vgpu_manager_flavours
+from components.states.driver.vgpu_manager import VgpuManager, plan_vgpu_managers, vgpu_manager_flavours
 
 
 class VmStates:

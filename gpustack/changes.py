@@ -21,7 +21,7 @@ from gpustack.mockrun import Recording, Registration
 from gpustack.render import integral
 
 CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
-# components/kit/agent_rolled.py and components/kit/node_labeler.py; gpustack reads renders, not the program's
+# components/states/driver/rolled.py and components/states/node_labeler.py; gpustack reads renders, not the program's
 # modules, for its rules.
 TEMPLATE_DIGEST_ANNOTATION = "gpu-stack/template-digest"
 NODE_POOLS_CONFIGMAP, NODE_POOLS_KEY = "gpu-stack-node-pools", "node-pools.json"

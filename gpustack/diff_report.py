@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional, Sequence
 
-from components.kit.validation_gate import EXPECTED_NODES_ENV
+from components.states.validation_gate import EXPECTED_NODES_ENV
 from gpustack import changes, graph
 from gpustack.mockrun import Recording, Registration
 

@@ -26,7 +26,7 @@ import pytest
 
 from changesafety import EDITS, Config, Edit, driver_version_bump, loaded, waves
 from components.kit import naming
-from components.kit.node_labeler import pool_labels
+from components.states.node_labeler import pool_labels
 from gpustack import changes
 from stacktest import STACKS, render, stack_config
 

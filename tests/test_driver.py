@@ -11,8 +11,8 @@ import pytest
 
 from components.config import load_config
 from components.kit import naming
-from components.kit.driver_targets import plan_targets
-from components.states.driver import DAEMONSET
+from components.states.driver.targets import plan_targets
+from components.states.driver.state import DAEMONSET
 from gpustack.render import graph, manifests_yaml
 from node_images import catalog as node_image_catalog
 from stacktest import STACKS, bag, container, env_of, objects, render, render_stack, stack_config

@@ -10,8 +10,8 @@ from typing import Any, Callable
 import pytest
 
 from components.config import ConfigError, load_config
-from components.kit.driver_extensions import CERT_DIRS, REPO_DIRS, os_id, pod_extensions
-from components.kit.driver_targets import config_digest, plan_targets
+from components.states.driver.extensions import CERT_DIRS, REPO_DIRS, os_id, pod_extensions
+from components.states.driver.targets import config_digest, plan_targets
 from gpustack import apiserver, schema
 from gpustack.render import kubernetes_object
 from stacktest import bag, container, render, stack_config

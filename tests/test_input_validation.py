@@ -259,7 +259,7 @@ def test_the_fleet_budget_at_the_configs_bounds_is_a_document_the_node_agent_acc
     import sys
 
     from components.config import Upgrade
-    from components.kit.node_labeler import DriverImage, Removal, agent_config
+    from components.states.node_labeler import DriverImage, Removal, agent_config
 
     sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
     from gpustack_agent import labels as agent_labels

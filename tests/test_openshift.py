@@ -13,7 +13,7 @@ import pytest
 
 from components.catalogs import openshift as facts
 from components.config import load_config
-from components.kit.driver_targets import config_digest, plan_targets
+from components.states.driver.targets import config_digest, plan_targets
 from gpustack import apiserver, schema
 from policytest import edited, messages, registration
 from stacktest import bag, config_problems, container, env_of, objects, render, render_stack, setter, stack_config

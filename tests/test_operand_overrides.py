@@ -13,8 +13,8 @@ import pytest
 from components.catalogs import operand_overrides as targets
 from components.config import ConfigError, OperandOverrides, load_config
 from components.config.overrides import parse_quantity
-from components.kit.driver_targets import plan_targets, sidecar_images
-from components.kit.stack_inputs import gpudirect_sidecars, operands
+from components.states.driver.targets import gpudirect_sidecars, plan_targets, sidecar_images
+from components.kit.stack_inputs import operands
 from stacktest import bag, container, env_of, objects, render, stack_config
 
 PROD = stack_config("prod-managed")

@@ -73,7 +73,7 @@ import pulumi
 from components.config import load_config, program_config
 from components.kit.stack_inputs import kubernetes_provider, operands
 from components.states.vgpu_device_manager import VgpuDeviceManager
-from components.states.vgpu_manager import VgpuManager, plan_vgpu_managers
+from components.states.driver.vgpu_manager import VgpuManager, plan_vgpu_managers
 
 cfg = load_config(program_config())
 ops = operands(cfg)

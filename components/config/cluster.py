@@ -289,7 +289,7 @@ class Nfd(_Model):
         )
 
 
-# The node-pools document this program writes is version 4 (components/kit/node_labeler.py), and the program runs
+# The node-pools document this program writes is version 4 (components/states/node_labeler.py), and the program runs
 # the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots,
 # also for the VM pools' vGPU and VFIO managers: 0.9.0 is the first agent image that rolls those. With an older
 # one the managers never roll (0.8.0), the coordinator cannot start, or agents refuse the document (before 0.7.0),

@@ -1,6 +1,6 @@
 """What NVIDIA's driver DaemonSet takes besides the driver itself (fact sheet §2.3, §11 driver rows): vGPU guest
 licensing, package-repository and certificate ConfigMaps, kernel module parameters, a Secret as environment, extra
-volumes, probe timings and host networking. Rendered by components/kit/driver_extensions.py.
+volumes, probe timings and host networking. Rendered by components/states/driver/extensions.py.
 
 Every key is stack-wide (`gpu-stack:driver.*`), as ClusterPolicy's `driver` section has them: one driver image
 repository serves every pool (a vGPU guest driver is a repository of its own, so a licence goes with it), the
@@ -21,7 +21,7 @@ from components.config.base import DNS_LABEL, DNS_SUBDOMAIN, _Model, shown
 
 # A ConfigMap or Secret key (IsConfigMapKey): also the file name it is mounted as.
 CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-# Volume names the driver DaemonSet already uses (components/states/driver.py, kit/driver_extensions.py).
+# Volume names the driver DaemonSet already uses (components/states/driver/state.py, states/driver/extensions.py).
 RESERVED_VOLUMES = frozenset(
     {
         "run-nvidia", "var-log", "dev-log", "host-os-release", "run-nvidia-fabricmanager", "run-nvidia-topologyd",
@@ -37,7 +37,7 @@ GRIDD_CONF = "gridd.conf"
 NLS_TOKEN = "client_configuration_token.tok"
 GRIDD_CONF_PATH = f"{DRIVERS_DIR}/{GRIDD_CONF}"
 NLS_TOKEN_PATH = f"{DRIVERS_DIR}/ClientConfigToken/{NLS_TOKEN}"
-# nvidia-driver-ctr's own mounts (components/states/driver.py): an extra volume cannot take one of them.
+# nvidia-driver-ctr's own mounts (components/states/driver/state.py): an extra volume cannot take one of them.
 DRIVER_MOUNT_PATHS = frozenset(
     {
         "/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/var/log", "/dev/log",

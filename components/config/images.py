@@ -6,8 +6,8 @@ An operand's image comes from the catalog (components/catalogs/catalog.py IMAGES
 - `operands.<key>.repository/image/version` replaces any part, or `image` alone is a full reference.
 
 The operator's ImagePath rule joins the parts: a `sha256:` version is a digest (`@`), anything else a tag (`:`). The
-driver and its GPUDirect sidecars are resolved per node OS: resolveDriverTag appends `-<osTag>` to a tag, never to a
-digest (components/kit/driver_targets.py builds one per driver DaemonSet from `driver_parts` and `sidecar_parts`).
+driver and its GPUDirect sidecars are resolved per node OS, one reference per driver DaemonSet, in the driver's own
+package (components/states/driver/images.py), from the repository and version resolved here.
 
 The states read `Images`; the config rules check that what `operands.<key>` composes is a reference
 (`composed_reference`).
@@ -33,12 +33,6 @@ def image_path(repository: str, image: str, version: str) -> str:
     separator = "@" if version.startswith("sha256:") else ":"
     return composed(f"{repository}/{image}{separator}{version}", version=version, name=image, repository=repository)
 
-
-def os_tagged(repository: str, version: str, os_tag: str) -> str:
-    """The driver's (and the GPUDirect sidecars') reference on one OS (resolveDriverTag): a digest already names one
-    image; a tag gets the OS suffix."""
-    reference = f"{repository}@{version}" if version.startswith("sha256:") else f"{repository}:{version}-{os_tag}"
-    return composed(reference, version=version, repository=repository, os=os_tag)
 
 
 def catalog_version(versions: _Model, image: str) -> str:
@@ -156,9 +150,3 @@ def resolve_images(cfg: StackConfig) -> Images:
         node_agent=cfg.node_agent.image,
         dra_driver=ref("draDriver"),
     )
-
-
-def sidecar_parts(cfg: StackConfig, component: str) -> tuple[str, str]:
-    """A GPUDirect sidecar's repository and version; the node's OS tag is appended per driver DaemonSet."""
-    repository, name, version = parts(cfg, component)
-    return derived(f"{repository}/{name}", repository, name), version

@@ -1,4 +1,4 @@
-"""Kubernetes machinery the states share: the DaemonSet skeleton and init-container gates (`builders`), RBAC sets
-(`rbac`), outputs resolved later in the program (`deferred`), resource names and their aliases (`naming`), which
-driver DaemonSets a stack runs (`driver_targets`), the DRA API objects (`dra_api`), driver upgrade waves and
-validation-gate Jobs, the device-plugin sharing configs, and gpu-stack's own node agent (labeller and inventory)."""
+"""Kubernetes machinery the states share: the DaemonSet skeleton, security contexts
+and init-container gates (`builders`), RBAC sets (`rbac`), outputs resolved later in the program (`deferred`),
+resource names and their aliases (`naming`), the DRA API objects (`dra_api`) and the device-plugin sharing configs
+(`sharing`). The states are in components/states/, the driver-like DaemonSets in components/states/driver/."""

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.apps.v1 import DaemonSetSpecArgs, DaemonSetUpdateStrategyArgs, RollingUpdateDaemonSetArgs
 from pulumi_kubernetes.core.v1 import (
+    CapabilitiesArgs,
     ConfigMapVolumeSourceArgs,
     ContainerArgs,
     EmptyDirVolumeSourceArgs,
@@ -44,9 +45,6 @@ from components.config import DaemonSets, HostPaths, OperandOverride, ServiceMon
 from components.kit.host_paths import apply_host_paths
 from components.config.images import Images
 from components.kit.operand_overrides import apply_to_containers, operands_in_pod, pod_tolerations, pull_secrets
-
-# --- images -------------------------------------------------------------------------------------------------
-
 
 # --- the per-stack settings every operand shares --------------------------------------------------------------
 
@@ -118,6 +116,15 @@ PRIVILEGED_ROOT = SecurityContextArgs(privileged=True, run_as_user=0)
 PRIVILEGED_ROOT_S0 = SecurityContextArgs(privileged=True, run_as_user=0, se_linux_options=SELinuxOptionsArgs(level="s0"))
 # For checks that only read /proc (lsmod) and write their file under /run/nvidia/validations.
 UNPRIVILEGED_ROOT = SecurityContextArgs(privileged=False, run_as_user=0)
+# gpu-stack's node agent (labeller, inventory, wait-for-completion, gates) only talks to the API server and reads
+# what every container sees, so it runs as nobody with nothing to escalate to.
+AGENT_SECURITY = SecurityContextArgs(
+    run_as_non_root=True,
+    run_as_user=65532,
+    allow_privilege_escalation=False,
+    read_only_root_filesystem=True,
+    capabilities=CapabilitiesArgs(drop=["ALL"]),
+)
 
 VALIDATIONS_VOLUME = host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate")
 

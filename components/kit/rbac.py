@@ -97,7 +97,7 @@ def rbac_set(
 ) -> RbacSet:
     """ServiceAccount + Role/RoleBinding + ClusterRole/ClusterRoleBinding (each only when it has rules), all
     named after the component and each binding only its own SA, as in Appendix B; on OpenShift also the SCC
-    NVIDIA's asset ships for the component, if it has one (kit/openshift.py)."""
+    NVIDIA's asset ships for the component, if it has one (states/driver/openshift.py)."""
     sa = k8s.core.v1.ServiceAccount(name, metadata=meta(name, namespace, labels), opts=opts)
     subject = [SubjectArgs(kind="ServiceAccount", name=name, namespace=namespace)]
     bound = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[sa]))

@@ -1,7 +1,6 @@
 """What every state of a stack shares, derived once from the config: the Kubernetes provider of the stack's
-cluster, the GPUDirect sidecars of the driver pods, and the `Operands` bundle (namespace, images, pull secrets,
-DaemonSet settings, RuntimeClass) each state's DaemonSets are built from. Images are resolved in
-components/config/images.py."""
+cluster and the `Operands` bundle (namespace, images, pull secrets, DaemonSet settings, RuntimeClass) each state's
+DaemonSets are built from. Images are resolved in components/config/images.py."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import StackConfig
-from components.config.images import operand_images, resolve_images, sidecar_parts
+from components.config.images import operand_images, resolve_images
 from components.kit.builders import Operands
-from components.kit.driver_targets import Sidecars
 from components.states.prerequisites import REGISTRY_SECRET
 
 
@@ -34,16 +32,6 @@ def kubernetes_provider(cfg: StackConfig) -> k8s.Provider:
         # them would delete and re-create them under their fixed names.
         enable_config_map_mutable=True,
         enable_secret_mutable=True,
-    )
-
-
-def gpudirect_sidecars(cfg: StackConfig) -> Sidecars:
-    gpudirect = cfg.gpudirect
-    return Sidecars(
-        gds=sidecar_parts(cfg, "gds") if gpudirect.gds else None,
-        gdrcopy=sidecar_parts(cfg, "gdrcopy") if gpudirect.gdrcopy else None,
-        rdma=gpudirect.rdma.enabled,
-        host_mofed=gpudirect.rdma.use_host_mofed,
     )
 
 

@@ -10,8 +10,8 @@ The init's env is the asset's and not the stack's upgrade policy: with eviction 
 manager fails (and retries) rather than evicting workloads if a loaded driver is still in use. Its RBAC is the
 asset's, narrower than the driver's: no drain ever runs in it, so it needs no DaemonSet or ResourceClaim reads.
 
-The DaemonSet is OnDelete and rolled by the node agents within the fleet's one budget (components/kit/
-agent_rolled.py): the pod's preStop unbinds every GPU from vfio-pci, so a restart under running passthrough VMs
+The DaemonSet is OnDelete and rolled by the node agents within the fleet's one budget (components/states/driver/
+rolled.py): the pod's preStop unbinds every GPU from vfio-pci, so a restart under running passthrough VMs
 would pull their GPUs. The node is cordoned and its VMs moved or waited for first, as for a driver upgrade.
 """
 
@@ -38,7 +38,7 @@ from components.kit.builders import (
     operand_daemonset_parts,
     register_daemonset,
 )
-from components.kit.agent_rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
+from components.states.driver.rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
 from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-vfio-manager"

@@ -1,7 +1,7 @@
 """The driver DaemonSets of a rendered stack, read the way the driver policies need them.
 
 A driver DaemonSet is recognised by what every one of them carries, whatever its name: the pod label
-`app.kubernetes.io/component: nvidia-driver` and the `nvidia-driver-ctr` container (components/states/driver.py).
+`app.kubernetes.io/component: nvidia-driver` and the `nvidia-driver-ctr` container (components/states/driver/state.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def problem(driver: drivers.DriverSet, catalog: Optional[node_image_catalog.Cata
     if tag is None or branch is None:
         return f"pulls {driver.image!r}, which has no `<branch>-<kernel>-<osTag>` tag (precompiled images are never digests); fix: render it from a catalog entry"
     if kernel is None:
-        return "selects no feature.node.kubernetes.io/kernel-version.full, so it would run one kernel's driver on any kernel; fix: render it per kernel (components/states/driver.py)"
+        return "selects no feature.node.kubernetes.io/kernel-version.full, so it would run one kernel's driver on any kernel; fix: render it per kernel (components/states/driver/state.py)"
     prefix = f"{branch}-{kernel}-"
     if not tag.startswith(prefix):
         return f"pulls tag {tag!r} on nodes running kernel {kernel}; the tag must start {prefix!r}; fix: render it from the catalog entry of kernel {kernel}"

@@ -18,7 +18,7 @@ from gpu_stack_policies.fields import report_at
 
 NAME = "single-driver-per-node"
 FIX = (
-    "fix: let gpu-stack plan the driver DaemonSets (components/kit/driver_targets.py plan_targets), which names each one's pools "
+    "fix: let gpu-stack plan the driver DaemonSets (components/states/driver/targets.py plan_targets), which names each one's pools "
     "in a gpu-stack/pool affinity; a pool is served by exactly one"
 )
 

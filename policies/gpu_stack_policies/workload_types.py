@@ -153,7 +153,7 @@ def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
             pools = objects.node_pools(args.props)
         except objects.PoolsDocumentError as error:
             report_at(report, f"/data/{objects.NODE_POOLS_KEY}",
-                      f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/kit/node_labeler.py")
+                      f"{objects.describe(kind, args.props, args.name)}: {error}; fix: render it from components/states/node_labeler.py")
             return
         if pools is not None:
             _check_pools(pools, objects.describe(kind, args.props, args.name), report)

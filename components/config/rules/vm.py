@@ -29,7 +29,7 @@ def vgpu_checks(cfg: StackConfig, pool: NodePool, here: str) -> list[tuple[str, 
     return problems
 
 
-# The vGPU manager pod's own volumes (components/states/vgpu_manager.py VOLUMES): the driver pod's and two more.
+# The vGPU manager pod's own volumes (components/states/driver/vgpu_manager.py VOLUMES): the driver pod's and two more.
 VGPU_MANAGER_VOLUMES = RESERVED_VOLUMES | {"cgroup", "vfio"}
 
 

@@ -32,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import backoff, kube
 
-# The hold while the wait runs (see above); the driver DaemonSet's pods tolerate it (components/kit/driver_extensions.py).
+# The hold while the wait runs (see above); the driver DaemonSet's pods tolerate it (components/states/driver/extensions.py).
 HOLD_TAINT_KEY = "gpu-stack/wait-for-completion"
 HOLD_TAINT = {"key": HOLD_TAINT_KEY, "effect": "NoSchedule"}
 # The cordon record of agents before 0.7.0, lifted by the next run (unless KEEP_CORDONED_ANNOTATION says to keep it,

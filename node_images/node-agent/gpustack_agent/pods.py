@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-# Every driver DaemonSet's pods carry it (components/states/driver.py), whatever the DaemonSet is called, and an
+# Every driver DaemonSet's pods carry it (components/states/driver/state.py), whatever the DaemonSet is called, and an
 # orphaned pod keeps it after its DaemonSet is gone.
 DRIVER_COMPONENT_LABEL = "app.kubernetes.io/component"
 DRIVER_COMPONENT = "nvidia-driver"

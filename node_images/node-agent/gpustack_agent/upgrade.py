@@ -1,6 +1,6 @@
 """Decide whether a node's driver pod is out of date, and what the node's upgrade state says.
 
-Driver DaemonSets are OnDelete (components/states/driver.py): a new template changes no pod until someone deletes
+Driver DaemonSets are OnDelete (components/states/driver/state.py): a new template changes no pod until someone deletes
 it, and the one who does is the node's own agent, holding a slot of the fleet's budget (:mod:`.budget`) that the
 coordinator granted it (:mod:`.coordinator`). A driver
 pod is out of date, as the operator's upgrade controller judges it (fact sheet §5.2), when its

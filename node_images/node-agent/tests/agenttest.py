@@ -102,7 +102,7 @@ def operand_pod(name: str, node: str, component: str) -> dict[str, Any]:
 
 def driver_pod(name: str, node: str, daemonset: str | None, *, ready: bool = True,
                revision: str | None = None) -> dict[str, Any]:
-    """A driver pod as components/states/driver.py renders it; `daemonset` None: orphaned, its DaemonSet deleted;
+    """A driver pod as components/states/driver/state.py renders it; `daemonset` None: orphaned, its DaemonSet deleted;
     `revision` its controller-revision-hash."""
     pod_labels = {"app": daemonset or "nvidia-driver-daemonset-gone", "app.kubernetes.io/component": "nvidia-driver"}
     if revision is not None:

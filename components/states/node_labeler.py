@@ -6,7 +6,7 @@ manager rewrite these labels at run time (`paused-for-*`, `pre-installed`, `fals
 state would fight them on every update. Instead the stack renders the desired labels per pool into a ConfigMap
 and the agent (node_images/node-agent) applies them to its own node, keeping every run-time value it finds.
 
-The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver.py): the document
+The same agent performs driver upgrades (driver DaemonSets are OnDelete, components/states/driver/state.py): the document
 names each driver DaemonSet's template digest, and an agent replaces its own node's outdated driver pod only while
 it holds a slot of the fleet's one disruption budget (`removal`), which also paces driver handovers, deploy-label
 removals and MIG relayouts. The upgrade coordinator beside it (kit/upgrade_coordinator.py) grants those slots, in
@@ -23,7 +23,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.core.v1 import (
     AffinityArgs,
-    CapabilitiesArgs,
     ConfigMapVolumeSourceArgs,
     ContainerArgs,
     NodeAffinityArgs,
@@ -31,12 +30,11 @@ from pulumi_kubernetes.core.v1 import (
     NodeSelectorRequirementArgs,
     NodeSelectorTermArgs,
     ResourceRequirementsArgs,
-    SecurityContextArgs,
     VolumeArgs,
 )
 
 from components.catalogs import consts
-from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset
+from components.kit.builders import AGENT_SECURITY, NODE_NAME_ENV, Operands, also_after, child_opts, env, meta, mount, operand_daemonset
 from components.kit.rbac import rbac_set, rule
 from components.kit import sharing
 from components.kit.upgrade_coordinator import upgrade_coordinator
@@ -58,15 +56,6 @@ BUDGET_CONFIGMAP = "gpu-stack-upgrade-budget"
 # with the NFD labels of the nodes it is built for, so the agent assigns a node the DaemonSet of the node image it
 # runs (node agent 0.7.0 and later; components/config/image_lists.py).
 CONFIG_VERSION = 4
-
-AGENT_SECURITY = SecurityContextArgs(
-    run_as_non_root=True,
-    run_as_user=65532,
-    allow_privilege_escalation=False,
-    read_only_root_filesystem=True,
-    capabilities=CapabilitiesArgs(drop=["ALL"]),
-)
-
 
 def deploy_labels(pool: NodePool, *, driver_deployed: bool, sandbox_mode: str = "kubevirt") -> list[str]:
     components = list(consts.DEPLOY_COMPONENTS_BY_WORKLOAD[pool.workload_type])

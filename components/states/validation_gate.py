@@ -39,10 +39,9 @@ from pulumi_kubernetes.rbac.v1 import PolicyRuleArgs
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components.catalogs import consts
-from components.kit.builders import Operands, also_after, child_opts, env, env_from_field, meta
+from components.kit.builders import AGENT_SECURITY, Operands, also_after, child_opts, env, env_from_field, meta
 from components.kit.rbac import rbac_set, rule
 from components.config import NodePool
-from components.kit.node_labeler import AGENT_SECURITY
 from components.states.validator import NAME as VALIDATOR
 from components.states.dra_validator import NAME as DRA_VALIDATOR
 from components.states.sandbox_validator import NAME as SANDBOX_VALIDATOR

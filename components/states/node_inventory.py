@@ -20,9 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, ResourceRequirementsArgs, VolumeArgs
 
-from components.kit.builders import NODE_NAME_ENV, Operands, also_after, child_opts, env, mount, operand_daemonset
+from components.kit.builders import AGENT_SECURITY, NODE_NAME_ENV, Operands, also_after, child_opts, env, mount, operand_daemonset
 from components.kit.rbac import rbac_set, rule
-from components.kit.node_labeler import AGENT_SECURITY, CONFIG_DIR, CONFIG_KEY, CONFIGMAP
+from components.states.node_labeler import CONFIG_DIR, CONFIG_KEY, CONFIGMAP
 
 NAME = "gpu-stack-node-inventory"
 # The agent's annotations; the drift one is what alerting and `kubectl` read.

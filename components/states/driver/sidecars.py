@@ -1,18 +1,19 @@
 """The driver pod's GPUDirect sidecars (nvidia-peermem, nvidia-fs, gdrcopy) and the env that tells the driver install
 and k8s-driver-manager about GPUDirect, as NVIDIA's state-driver asset renders them (GO:assets/state-driver/
-0500_daemonset.yaml); the driver DaemonSet itself is components/states/driver.py."""
+0500_daemonset.yaml); the driver DaemonSet itself is components/states/driver/state.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
-from pulumi_kubernetes.core.v1 import ContainerArgs, ExecActionArgs, ProbeArgs
+from pulumi_kubernetes.core.v1 import ContainerArgs, EnvVarArgs, ExecActionArgs, ProbeArgs
 
 from components.catalogs import consts
 from components.catalogs.openshift import DTK_ENTRYPOINT, DTK_SHARED_DIR, DTK_SIDECAR_VERBS, DTK_VOLUME
 from components.kit.builders import PRIVILEGED_S0, env, mount
-from components.kit.driver_extensions import DriverPodExtensions
-from components.kit.driver_targets import DriverTarget, Sidecars, sidecar_images
+from components.states.driver.extensions import DriverPodExtensions
+from components.states.driver.targets import DriverTarget, Sidecars, sidecar_images
 
 # k8s-driver-manager, the driver and peermem must run under runc, never the NVIDIA runtime's hook (NVIDIA's
 # state-driver manifest sets it on all three).
@@ -46,7 +47,7 @@ SIDECAR_MOUNTS = (
 
 def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions] = None) -> list[ContainerArgs]:
     """The operator's driver sidecars, kept for what the stack enables (GO:assets/state-driver/0500_daemonset.yaml),
-    with the mounts and envFrom the stack's driver extensions give each (kit/driver_extensions.py)."""
+    with the mounts and envFrom the stack's driver extensions give each (states/driver/extensions.py)."""
     ext = ext or DriverPodExtensions()
     sidecars = target.sidecars
     containers = []
@@ -101,3 +102,21 @@ def gpudirect_env(sidecars: Sidecars, *, driver_container: bool) -> list:
         wanted += [("GDRCOPY_ENABLED", sidecars.gdrcopy is not None), ("GDS_ENABLED", sidecars.gds is not None)]
     wanted += [("GPU_DIRECT_RDMA_ENABLED", sidecars.rdma), ("USE_HOST_MOFED", sidecars.rdma and sidecars.host_mofed)]
     return [env(name, "true") for name, on in wanted if on]
+
+
+@dataclass(frozen=True)
+class GpuDirectPod:
+    """Everything GPUDirect adds to one driver pod, handed over at once: the driver container's env,
+    k8s-driver-manager's, and the sidecar containers."""
+
+    driver_env: list[EnvVarArgs]
+    manager_env: list[EnvVarArgs]
+    containers: list[ContainerArgs]
+
+
+def gpudirect_pod(target: DriverTarget, ext: Optional[DriverPodExtensions] = None) -> GpuDirectPod:
+    return GpuDirectPod(
+        driver_env=gpudirect_env(target.sidecars, driver_container=True),
+        manager_env=gpudirect_env(target.sidecars, driver_container=False),
+        containers=gpudirect_containers(target, ext),
+    )

@@ -4,6 +4,7 @@ sheet Appendix F). Each operand's SecurityContextConstraints come with its RBAC 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
@@ -20,7 +21,7 @@ from pulumi_kubernetes.core.v1 import (
 
 from components.catalogs import openshift as facts
 from components.kit.builders import PRIVILEGED_S0, env, meta, mount
-from components.kit.driver_targets import OpenShiftDriver, Sidecars
+from components.states.driver.targets import OpenShiftDriver, Sidecars
 
 
 def trusted_ca_configmap(namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
@@ -115,3 +116,29 @@ def toolkit_labels(openshift: Optional[OpenShiftDriver]) -> tuple[dict[str, str]
         return {}, {}
     assert openshift.rhcos is not None
     return {facts.DTK_LABEL: "true", facts.DTK_RHCOS_LABEL: openshift.rhcos}, {facts.DTK_LABEL: "true"}
+
+
+@dataclass(frozen=True)
+class OpenShiftPod:
+    """Everything OpenShift adds to one driver pod, handed over at once so the pod takes it from one place: the
+    driver container's env and mounts, the pod's volumes, the Driver Toolkit container (None without the toolkit),
+    and the labels of the DaemonSet and of its pods."""
+
+    env: list[EnvVarArgs]
+    mounts: list[VolumeMountArgs]
+    volumes: list[VolumeArgs]
+    toolkit: Optional[ContainerArgs]
+    daemonset_labels: dict[str, str]
+    pod_labels: dict[str, str]
+
+
+def pod_additions(openshift: Optional[OpenShiftDriver], digest: str, sidecars: Sidecars = Sidecars()) -> OpenShiftPod:
+    daemonset_labels, pod_labels = toolkit_labels(openshift)
+    return OpenShiftPod(
+        env=driver_env(openshift),
+        mounts=driver_mounts(openshift),
+        volumes=driver_volumes(openshift),
+        toolkit=toolkit_container(openshift, digest, sidecars),
+        daemonset_labels=daemonset_labels,
+        pod_labels=pod_labels,
+    )

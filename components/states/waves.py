@@ -4,7 +4,7 @@ What the operator's upgrade controller does with node state labels and a requeue
 with Pulumi dependencies and the node agents. Pulumi decides when a wave's driver DaemonSets get their new
 template; the DaemonSets are OnDelete, and the node agents then replace each node's outdated driver pod within the
 fleet's one disruption budget (`upgrade.maxUnavailable`, shared by every wave, pool and DaemonSet:
-components/states/driver.py). Every driver DaemonSet belongs to `state-driver`; for each pool of a wave that a
+components/states/driver/state.py). Every driver DaemonSet belongs to `state-driver`; for each pool of a wave that a
 later wave waits for, this component renders a gate Job on that pool, and the later wave's DaemonSets depend on
 the gates of every pool of the wave before them. Pulumi awaits a Job, so a wave's DaemonSets are not touched
 before the previous wave's gates completed:
@@ -37,9 +37,9 @@ from components.kit.builders import Operands, also_after, child_opts, env
 from components.kit.deferred import Later
 from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
-from components.kit.driver_targets import DriverTarget, targets_of_pool
-from components.states.driver import driver_manager_env
-from components.kit.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
+from components.states.driver.targets import DriverTarget, targets_of_pool
+from components.states.driver.state import driver_manager_env
+from components.states.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
 
 NAME = "gpu-stack-wave-gate"
 GATE_DIGEST_ANNOTATION = "gpu-stack/gate-digest"

@@ -44,8 +44,7 @@ from components.config.driver_extensions import (
     RepoConfig,
 )
 from components.config.upgrade import Upgrade
-from components.kit.builders import NODE_NAME_ENV, env, env_from_field, host_path, mount
-from components.kit.node_labeler import AGENT_SECURITY
+from components.kit.builders import AGENT_SECURITY, NODE_NAME_ENV, env, env_from_field, host_path, mount
 
 LICENSING_VOLUME = "licensing-config"
 # The vGPU topology daemon's config (GO:internal/consts VGPUTopologyConfigMountPath / FileName).

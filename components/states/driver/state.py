@@ -3,7 +3,7 @@
 Objects as in GO:assets/state-driver: SA/Role/RoleBinding/ClusterRole/ClusterRoleBinding `nvidia-driver`,
 ConfigMap `nvidia-driver-startup-probe`, and driver DaemonSets with the `k8s-driver-manager` init container.
 
-Which DaemonSets (one per pool, or per name that pools pin) is planned in components/kit/driver_targets.py
+Which DaemonSets (one per pool, or per name that pools pin) is planned in components/states/driver/targets.py
 (`plan_targets`). Every driver DaemonSet is a child of `state-driver`, whichever upgrade wave its pools are in:
 waves only decide what it waits for, so moving a pool between waves, renaming or reordering waves never changes a
 DaemonSet's identity.
@@ -82,16 +82,16 @@ from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import NodePool, Upgrade
 from components.config.keys import derived, flag
-from components.kit.driver_extensions import (
+from components.states.driver.extensions import (
     pod_extensions,
     tuned,
     wait_for_completion_containers,
     wait_for_completion_tolerations,
 )
-from components.kit import openshift
-from components.kit.agent_rolled import UPDATE_STRATEGY, agent_rolled
-from components.kit.driver_sidecars import RUNC_ONLY, gpudirect_containers, gpudirect_env
-from components.kit.driver_targets import DriverTarget, ValidatedFiles, config_digest
+from components.states.driver import openshift
+from components.states.driver.rolled import UPDATE_STRATEGY, agent_rolled
+from components.states.driver.sidecars import RUNC_ONLY, gpudirect_pod
+from components.states.driver.targets import DriverTarget, ValidatedFiles, config_digest
 
 NAME = "nvidia-driver"
 DAEMONSET = "nvidia-driver-daemonset"
@@ -239,19 +239,21 @@ def driver_daemonset_parts(
     ext = pod_extensions(settings, target.os_tag, precompiled=target.precompiled)
     node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     digest = config_digest(target)
+    gpudirect = gpudirect_pod(target, ext)
+    # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
+    on_openshift = openshift.pod_additions(target.openshift, digest, target.sidecars)
+    dtk = on_openshift.toolkit
     driver_env = [
         RUNC_ONLY,
         NODE_NAME_ENV,
         env_from_field("NODE_IP", "status.hostIP"),
         env("KERNEL_MODULE_TYPE", target.kernel_module_type),
         *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
-        *gpudirect_env(target.sidecars, driver_container=True),
+        *gpudirect.driver_env,
         env("DRIVER_CONFIG_DIGEST", digest),
-        *openshift.driver_env(target.openshift),
+        *on_openshift.env,
     ]
-    # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
-    dtk = openshift.toolkit_container(target.openshift, digest, target.sidecars)
-    manager = driver_manager(ops.images.driver_manager, upgrade, digest, gpudirect_env(target.sidecars, driver_container=False))
+    manager = driver_manager(ops.images.driver_manager, upgrade, digest, gpudirect.manager_env)
     startup = ProbeArgs(
         exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
         # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
@@ -284,7 +286,7 @@ def driver_daemonset_parts(
             mount("nv-firmware", "/lib/firmware"),
             mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
             *ext.driver_mounts,
-            *openshift.driver_mounts(target.openshift),
+            *on_openshift.mounts,
         ],
         startup_probe=tuned(startup, settings.startup_probe),
         # NVIDIA's driver container has no liveness probe for driver.livenessProbe to tune (the operator's
@@ -310,8 +312,10 @@ def driver_daemonset_parts(
             )
         ),
     )
-    daemonset_labels, pod_labels = openshift.toolkit_labels(target.openshift)
-    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled), **pod_labels}
+    # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
+    init_containers = [*wait_for_completion_containers(ops.images.node_agent, upgrade), manager]
+    wait_tolerations = wait_for_completion_tolerations(upgrade)
+    labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled), **on_openshift.pod_labels}
     # Two driver pods on one node would unload each other's modules.
     one_per_node = PodAntiAffinityArgs(
         required_during_scheduling_ignored_during_execution=[
@@ -378,10 +382,9 @@ def driver_daemonset_parts(
         host_network=settings.host_network or None,
         affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
         update_strategy=UPDATE_STRATEGY,
-        # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
-        init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
-        extra_tolerations=wait_for_completion_tolerations(upgrade),
-        containers=[driver, *gpudirect_containers(target, ext), *([dtk] if dtk else [])],
+        init_containers=init_containers,
+        extra_tolerations=wait_tolerations,
+        containers=[driver, *gpudirect.containers, *([dtk] if dtk else [])],
         volumes=[
             *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
             VolumeArgs(
@@ -389,11 +392,11 @@ def driver_daemonset_parts(
                 config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
             ),
             *ext.volumes,
-            *openshift.driver_volumes(target.openshift),
+            *on_openshift.volumes,
         ],
     )
     # The RHCOS build labels the DaemonSet only, as the operator's: its pods are told apart by the node selector.
-    return parts.labelled(daemonset_labels)
+    return parts.labelled(on_openshift.daemonset_labels)
 
 
 def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:

@@ -1,5 +1,5 @@
 """Which driver DaemonSets a stack renders and what each one installs: the plan `state-driver`
-(components/states/driver.py) renders and the driver upgrade waves (components/kit/waves.py) order.
+(components/states/driver/state.py) renders and the driver upgrade waves (components/states/waves.py) order.
 
 Which DaemonSets (`plan_targets`): one per pool with a deployed driver, `nvidia-driver-daemonset-<pool>`, or the
 name the pool pins with `driver.daemonSetName` (pools that pin one name share that DaemonSet); without the node
@@ -8,7 +8,7 @@ Each selects its pools' nodes (`gpu-stack/pool In [...]`), so no node is selecte
 DaemonSets also select the pool's kernel. Host-driver pools have no `driver` deploy label and get none.
 
 A target says what a DaemonSet installs, not how it rolls: every driver DaemonSet is OnDelete, and the node agents
-replace its pods within the fleet's one disruption budget (components/states/driver.py).
+replace its pods within the fleet's one disruption budget (components/states/driver/state.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Optional
 
 from components.config import NodePool, StackConfig
 from components.config.image_lists import DriverFlavour
-from components.config.images import os_tagged
-from components.kit.driver_extensions import digest_material
+from components.states.driver.images import os_tagged, sidecar_parts
+from components.states.driver.extensions import digest_material
 from components.kit.naming import sanitize_kernel  # noqa: F401  (the importer's, from here)
 from node_images import catalog as node_image_catalog
 
@@ -78,7 +78,7 @@ class DriverTarget:
     sidecars: Sidecars = Sidecars()
     dra: bool = False  # its pools allocate by DRA
     selects_pools: bool = True
-    # The stack's driver extensions the install depends on (kit/driver_extensions.py digest_material), if any.
+    # The stack's driver extensions the install depends on (states/driver/extensions.py digest_material), if any.
     extensions: Optional[str] = None
     # NFD's labels of the nodes it is built for (OS, and kernel when precompiled): what a node the agent has not
     # assigned yet must carry, and what the agent assigns nodes by (components/config/image_lists.py).
@@ -91,6 +91,16 @@ class DriverTarget:
     @property
     def precompiled(self) -> bool:
         return self.kernel is not None
+
+
+def gpudirect_sidecars(cfg: StackConfig) -> Sidecars:
+    gpudirect = cfg.gpudirect
+    return Sidecars(
+        gds=sidecar_parts(cfg, "gds") if gpudirect.gds else None,
+        gdrcopy=sidecar_parts(cfg, "gdrcopy") if gpudirect.gdrcopy else None,
+        rdma=gpudirect.rdma.enabled,
+        host_mofed=gpudirect.rdma.use_host_mofed,
+    )
 
 
 def plan_targets(cfg: StackConfig, repository: str, sidecars: Sidecars = Sidecars()) -> list[DriverTarget]:

@@ -13,7 +13,7 @@ functions; on exit it disables them and unloads the modules again. The sandbox v
 `vgpu-manager-validation` waits for that and writes `vgpu-manager-ready`, which the vGPU device manager waits for.
 
 Updates are OnDelete, as NVIDIA's: restarting the vGPU manager takes the vGPUs from every VM on the node, so the
-node agents roll it as they roll drivers (components/kit/agent_rolled.py), node by node within the fleet's one
+node agents roll it as they roll drivers (components/states/driver/rolled.py), node by node within the fleet's one
 budget: cordon, evict the VMs (KubeVirt live-migrates those that can), delete the pod, wait for the new one and the
 sandbox validator, uncordon (docs/vm-workloads.md). The pod gets 120 s to shut down: disabling the virtual
 functions and unloading the driver take longer than the default 30 s. Like NVIDIA's, the container has no
@@ -55,14 +55,14 @@ from components.kit.builders import (
 )
 from components.config import StackConfig, Upgrade
 from components.config.driver_extensions import DRIVERS_DIR, NamedFiles
-from components.kit.driver_extensions import config_map_files
+from components.states.driver.extensions import config_map_files
 from components.kit import naming
-from components.kit.driver_targets import OpenShiftDriver
-from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
+from components.states.driver.targets import OpenShiftDriver
+from components.states.driver.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
-from components.kit.agent_rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
-from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, driver_manager
-from components.states.driver import NAME as DRIVER_COMPONENT
+from components.states.driver.rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
+from components.states.driver.state import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, driver_manager
+from components.states.driver.state import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
 DAEMONSET = "nvidia-vgpu-manager-daemonset"
