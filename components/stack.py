@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable, Optional
+from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -93,35 +93,6 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
         self._plan_vm_managers()
         self.states = {}
-        builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
-            "pre-requisites": self._prerequisites,
-            "node-feature-discovery": self._nfd,
-            "node-labeling": self._node_labeling,
-            "state-driver": self._driver,
-            "state-container-toolkit": self._toolkit,
-            "state-operator-validation": self._validator,
-            "state-device-plugin": self._device_plugin,
-            "state-dra-driver": self._dra_driver,
-            "state-dra-validation": self._dra_validator,
-            "state-mps-control-daemon": self._mps,
-            "state-dcgm": self._dcgm,
-            "state-dcgm-exporter": self._dcgm_exporter,
-            "gpu-feature-discovery": self._gfd,
-            "state-mig-manager": self._mig_manager,
-            "state-node-status-exporter": self._node_status_exporter,
-            "node-inventory": self._node_inventory,
-            "state-vgpu-manager": self._vgpu_manager,
-            "state-vgpu-device-manager": self._vgpu_device_manager,
-            "state-sandbox-validation": self._sandbox_validator,
-            "state-vfio-manager": self._vfio_manager,
-            "state-sandbox-device-plugin": self._sandbox_device_plugin,
-            "state-kata-device-plugin": self._kata_device_plugin,
-            "state-cc-manager": self._cc_manager,
-            "kubevirt-host-devices": self._kubevirt_host_devices,
-            "stack-monitoring": self._monitoring,
-            "driver-waves": self._driver_waves,
-            "stack-validation": self._validation_gate,
-        }
         # The gates the later upgrade waves' driver DaemonSets wait for; `state-driver` creates those DaemonSets
         # before `driver-waves` creates the gates.
         self._gates: dict[str, Later] = {
@@ -130,7 +101,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         for state in STATE_ORDER:
             with sources.scope():
-                component = builders[state.name](previous)
+                # order.py names each state's module; the method building it here is named after that module
+                component = getattr(self, f"_{state.component}")(previous)
             if component is not None:
                 self.states[state.name] = component
                 # A state waits for the one before it, except for what that one leaves to later states
@@ -181,7 +153,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _node_labeling(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
+    def _node_labeler(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
         cfg = self._cfg
         if not decides(cfg.components, "node_labeler"):
             return None
@@ -231,7 +203,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _driver_waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
+    def _waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
         cfg = self._cfg
         driver = self.states.get("state-driver")
         if not self._gates or not isinstance(driver, Driver):
