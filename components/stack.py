@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
+from components.config.digest_keys import without_added_defaults
 from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
@@ -46,29 +47,13 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
-# Keys added after stacks were deployed, with their defaults: while a key keeps its default it stays out of the
-# digest, so upgrading gpu-stack re-runs no gate on a stack that does not use it.
-ADDED_KEYS = (
-    (("cluster", "platform"), "kubernetes"),
-    (("cluster", "openshift"), None),
-    (("driver", "virtualTopologyConfig"), None),
-    (("toolkit", "runtimeClass"), "nvidia"),
-    (("devicePlugin", "mpsRoot"), "/run/nvidia/mps"),
-    (("vgpu", "kernelModuleConfig"), None),
-    (("vgpu", "configs"), {}),
-    (("operands", "vfioManagerDriverManager"), None),
-    (("operands", "vgpuManagerDriverManager"), None),
-)
-
-
 def stack_digest(cfg: StackConfig) -> str:
     # warnings off: a tagged number inside the union of a MIG layout (components/config/keys.py) makes pydantic-core
     # warn while it writes the same value
     dumped = cfg.model_dump(mode="json", by_alias=True, warnings=False)
-    for (section, key), default in ADDED_KEYS:
-        if dumped[section].get(key, default) == default:
-            dumped[section].pop(key, None)
-    return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
+    # keys added since stacks were deployed stay out while at their defaults (components/config/digest_keys.py)
+    kept = without_added_defaults(StackConfig, dumped)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class GpuStack(VmStates, pulumi.ComponentResource):
