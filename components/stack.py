@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable, Optional
+from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
+from components.config.digest_keys import without_added_defaults
 from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
@@ -46,29 +47,13 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
-# Keys added after stacks were deployed, with their defaults: while a key keeps its default it stays out of the
-# digest, so upgrading gpu-stack re-runs no gate on a stack that does not use it.
-ADDED_KEYS = (
-    (("cluster", "platform"), "kubernetes"),
-    (("cluster", "openshift"), None),
-    (("driver", "virtualTopologyConfig"), None),
-    (("toolkit", "runtimeClass"), "nvidia"),
-    (("devicePlugin", "mpsRoot"), "/run/nvidia/mps"),
-    (("vgpu", "kernelModuleConfig"), None),
-    (("vgpu", "configs"), {}),
-    (("operands", "vfioManagerDriverManager"), None),
-    (("operands", "vgpuManagerDriverManager"), None),
-)
-
-
 def stack_digest(cfg: StackConfig) -> str:
     # warnings off: a tagged number inside the union of a MIG layout (components/config/keys.py) makes pydantic-core
     # warn while it writes the same value
     dumped = cfg.model_dump(mode="json", by_alias=True, warnings=False)
-    for (section, key), default in ADDED_KEYS:
-        if dumped[section].get(key, default) == default:
-            dumped[section].pop(key, None)
-    return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
+    # keys added since stacks were deployed stay out while at their defaults (components/config/digest_keys.py)
+    kept = without_added_defaults(StackConfig, dumped)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class GpuStack(VmStates, pulumi.ComponentResource):
@@ -93,35 +78,6 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
         self._plan_vm_managers()
         self.states = {}
-        builders: dict[str, Callable[[list[pulumi.Resource]], Optional[pulumi.ComponentResource]]] = {
-            "pre-requisites": self._prerequisites,
-            "node-feature-discovery": self._nfd,
-            "node-labeling": self._node_labeling,
-            "state-driver": self._driver,
-            "state-container-toolkit": self._toolkit,
-            "state-operator-validation": self._validator,
-            "state-device-plugin": self._device_plugin,
-            "state-dra-driver": self._dra_driver,
-            "state-dra-validation": self._dra_validator,
-            "state-mps-control-daemon": self._mps,
-            "state-dcgm": self._dcgm,
-            "state-dcgm-exporter": self._dcgm_exporter,
-            "gpu-feature-discovery": self._gfd,
-            "state-mig-manager": self._mig_manager,
-            "state-node-status-exporter": self._node_status_exporter,
-            "node-inventory": self._node_inventory,
-            "state-vgpu-manager": self._vgpu_manager,
-            "state-vgpu-device-manager": self._vgpu_device_manager,
-            "state-sandbox-validation": self._sandbox_validator,
-            "state-vfio-manager": self._vfio_manager,
-            "state-sandbox-device-plugin": self._sandbox_device_plugin,
-            "state-kata-device-plugin": self._kata_device_plugin,
-            "state-cc-manager": self._cc_manager,
-            "kubevirt-host-devices": self._kubevirt_host_devices,
-            "stack-monitoring": self._monitoring,
-            "driver-waves": self._driver_waves,
-            "stack-validation": self._validation_gate,
-        }
         # The gates the later upgrade waves' driver DaemonSets wait for; `state-driver` creates those DaemonSets
         # before `driver-waves` creates the gates.
         self._gates: dict[str, Later] = {
@@ -130,7 +86,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         for state in STATE_ORDER:
             with sources.scope():
-                component = builders[state.name](previous)
+                # order.py names each state's module; the method building it here is named after that module
+                component = getattr(self, f"_{state.component}")(previous)
             if component is not None:
                 self.states[state.name] = component
                 # A state waits for the one before it, except for what that one leaves to later states
@@ -181,7 +138,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _node_labeling(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
+    def _node_labeler(self, after: list[pulumi.Resource]) -> Optional[NodeLabeler]:
         cfg = self._cfg
         if not decides(cfg.components, "node_labeler"):
             return None
@@ -231,7 +188,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _driver_waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
+    def _waves(self, after: list[pulumi.Resource]) -> Optional[DriverWaves]:
         cfg = self._cfg
         driver = self.states.get("state-driver")
         if not self._gates or not isinstance(driver, Driver):

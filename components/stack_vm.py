@@ -130,7 +130,7 @@ class VmStates:
             "state-cc-manager", ops=self._ops, default_mode=sandbox.cc_manager.default_mode, depends_on=after, opts=self._opts()
         )
 
-    def _kubevirt_host_devices(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
+    def _kubevirt(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
         cfg = self._cfg
         sandbox = cfg.sandbox_workloads
         models = [p.gpu_model for p in cfg.pools_of("vm-passthrough")]

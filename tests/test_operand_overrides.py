@@ -16,9 +16,12 @@ from components.config.overrides import parse_quantity
 from components.states.driver.targets import gpudirect_sidecars, plan_targets, sidecar_images
 from components.kit.stack_inputs import operands
 from stacktest import bag, container, env_of, objects, render, stack_config
+from test_overrides_by_operand import openshift_with_vm_pools
 
 PROD = stack_config("prod-managed")
 TRAINING = stack_config("gpudirect-training")
+OPENSHIFT = stack_config("openshift")
+OPENSHIFT_VM = openshift_with_vm_pools()
 HARBOR = "harbor.platform.internal/nvidia"
 
 
@@ -70,6 +73,15 @@ BAD = [
     ({"devicePlugin": {"env": [{"name": "MIG_STRATEGY", "value": "mixed"}]}}, PROD, "gpu-stack:operands.devicePlugin.env", "nodePools[].sharing / devicePlugin.migStrategy"),
     ({"gfd": {"env": [{"name": "NODE_NAME", "value": "n"}]}}, PROD, "gpu-stack:operands.gfd.env", "gpu-stack (downward API)"),
     ({"driverManager": {"env": [{"name": "DRAIN_USE_FORCE", "value": "true"}]}}, PROD, "gpu-stack:operands.driverManager.env", "upgrade.drain.force"),
+    ({"driver": {"env": [{"name": "KERNEL_MODULE_TYPE", "value": "proprietary"}]}}, PROD, "gpu-stack:operands.driver.env", "KERNEL_MODULE_TYPE is set by driver.kernelModuleType (or nodePools[].driver.kernelModuleType); change that key instead"),
+    # what gpu-stack derives from cluster.openshift, refused in the same words
+    ({"driver": {"env": [{"name": "OPENSHIFT_VERSION", "value": "4.99"}]}}, OPENSHIFT, "gpu-stack:operands.driver.env", "OPENSHIFT_VERSION is set by cluster.openshift.version; change that key instead"),
+    ({"driver": {"env": [{"name": "HTTPS_PROXY", "value": "http://other.proxy:3128"}]}}, OPENSHIFT, "gpu-stack:operands.driver.env", "HTTPS_PROXY is set by cluster.openshift.proxy; change that key instead"),
+    ({"driver": {"env": [{"name": "no_proxy", "value": ".internal"}]}}, OPENSHIFT, "gpu-stack:operands.driver.env", "no_proxy is set by cluster.openshift.proxy; change that key instead"),
+    ({"vgpuManager": {"env": [{"name": "OPENSHIFT_VERSION", "value": "4.99"}]}}, OPENSHIFT_VM, "gpu-stack:operands.vgpuManager.env", "OPENSHIFT_VERSION is set by cluster.openshift.version"),
+    ({"vgpuManager": {"env": [{"name": "http_proxy", "value": "http://other.proxy:3128"}]}}, OPENSHIFT_VM, "gpu-stack:operands.vgpuManager.env", "http_proxy is set by cluster.openshift.proxy"),
+    ({"gfd": {"env": [{"name": "USE_NODE_FEATURE_API", "value": "true"}]}}, OPENSHIFT, "gpu-stack:operands.gfd.env", "USE_NODE_FEATURE_API is set by cluster.platform"),
+    ({"devicePlugin": {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}}, PROD, "gpu-stack:operands.devicePlugin.env", "NVIDIA_VISIBLE_DEVICES is set by gpu-stack (fixed by the operand's asset)"),
     ({"dcgmExporter": {"resources": {"limits": {"memory": "12XB"}}}}, PROD, "gpu-stack:operands.dcgmExporter.resources.limits", "not a Kubernetes quantity"),
     ({"dcgmExporter": {"resources": {"requests": {"cpu": True}}}}, PROD, "gpu-stack:operands.dcgmExporter.resources.requests", "expected a quantity"),
     ({"dcgmExporter": {"resources": {"requests": {"gpu": "1"}}}}, PROD, "gpu-stack:operands.dcgmExporter.resources.requests", "not a container resource"),
@@ -105,6 +117,13 @@ BAD = [
 def test_bad_override_names_the_key_and_what_is_allowed(overrides, base, path, fragment):
     found = problems(with_operands(base, overrides))
     assert any(p == path and fragment in m for p, m in found), found
+
+
+def test_off_openshift_the_driver_may_be_given_a_proxy():
+    """gpu-stack renders no proxy there; operands.driver.env is how NVIDIA documents giving the driver one."""
+    proxy = [{"name": name, "value": "http://proxy.internal:3128"} for name in ("HTTP_PROXY", "https_proxy")]
+    cfg = load_config(bag(with_operands(PROD, {"driver": {"env": proxy}})))
+    assert [var.name for var in cfg.operands.by_key()["driver"].env] == ["HTTP_PROXY", "https_proxy"]
 
 
 def test_an_operand_image_is_resolved_with_the_operators_image_path_rules():

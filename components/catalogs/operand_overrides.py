@@ -2,6 +2,10 @@
 exists), its own containers, where its image comes from, and the env vars gpu-stack derives from other keys and so
 must keep (an override of one of them is refused, naming that key).
 
+The rule for env: every variable gpu-stack renders in an operand's own containers is owned, its value taken from the
+stack config or fixed by the operand's asset, unless `OVERRIDABLE_ENV` lists it with the reason a user may change it.
+tests/test_owned_env.py renders every operand's containers and fails on a variable that is neither.
+
 Pod-level settings (annotations, labels, priorityClassName, tolerations, imagePullSecrets) go to the operand's
 DaemonSets; container-level ones (env, args, resources, imagePullPolicy, image) to its own containers only, never
 to the validation init containers gpu-stack puts in front of it. Which DaemonSets are an operand's is not listed
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from .openshift import DTK_CONTAINER
+from .openshift import DTK_CONTAINER, OPENSHIFT_VERSION_ENV, PROXY_ENV_NAMES
 
 DOWNWARD_API = "gpu-stack (downward API)"
 GPU_STACK = "gpu-stack (fixed by the operand's asset)"
@@ -32,6 +36,7 @@ GPUDIRECT_RDMA = "gpudirect.rdma.enabled"
 HOST_MOFED = "gpudirect.rdma.useHostMofed"
 HOST_ROOT = "hostPaths.rootFS"
 DRIVER_INSTALL_DIR = "hostPaths.driverInstallDir"
+PLATFORM = "cluster.platform"
 
 # Owned by gpu-stack in every container it renders.
 COMMON_OWNED_ENV: Mapping[str, str] = MappingProxyType(
@@ -42,6 +47,13 @@ COMMON_OWNED_ENV: Mapping[str, str] = MappingProxyType(
         "DRIVER_INSTALL_DIR": DRIVER_INSTALL_DIR,
         "DRIVER_INSTALL_DIR_CTR_PATH": DRIVER_INSTALL_DIR,
     }
+)
+
+# Rendered on OpenShift stacks only (components/kit/openshift.py driver_env), so owned there only: elsewhere a driver
+# that downloads through a proxy is given one by operands.driver.env (or driver.secretEnv), as NVIDIA documents for
+# Kubernetes, and nothing gpu-stack renders is overwritten.
+OPENSHIFT_OWNED_ENV: Mapping[str, str] = MappingProxyType(
+    {OPENSHIFT_VERSION_ENV: "cluster.openshift.version", **{name: "cluster.openshift.proxy" for name in PROXY_ENV_NAMES}}
 )
 
 
@@ -64,6 +76,8 @@ class OperandTarget:
     falls_back_to: Optional[str] = None
     # Containers of its pods, none of them an operand's own, that take its `resources` and nothing else of it.
     resources_also_reach: tuple[str, ...] = ()
+    # Its pods get OPENSHIFT_OWNED_ENV on OpenShift (the driver and the vGPU manager: both build kernel modules).
+    openshift_env: bool = False
 
 
 # NVIDIA's NVIDIADriver template (and ClusterPolicy's transformOpenShiftDriverToolkitContainer, a22dbf6) gives the
@@ -99,6 +113,15 @@ _PLUGIN_FAMILY_ENV = {
     "POD_NAME": DOWNWARD_API,
 }
 
+_LEADER_ELECTION_ENV = (
+    "LEADER_ELECTION_ENABLED",
+    "LEADER_ELECTION_LEASE_LOCK_NAME",
+    "LEADER_ELECTION_LEASE_LOCK_NAMESPACE",
+    "LEADER_ELECTION_LEASE_DURATION",
+    "LEADER_ELECTION_RENEW_DEADLINE",
+    "LEADER_ELECTION_RETRY_PERIOD",
+)
+
 OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
     {
         "driver": OperandTarget(
@@ -107,6 +130,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             os_tagged=True,
             resources_also_reach=_DTK_SIDECAR,
             version_set_by="versions.driver (or nodePools[].driver.version)",
+            openshift_env=True,
             owned_env={
                 "NODE_IP": DOWNWARD_API,
                 "KERNEL_MODULE_TYPE": "driver.kernelModuleType (or nodePools[].driver.kernelModuleType)",
@@ -148,13 +172,15 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
                 "CONTAINERD_SOCKET": "toolkit.runtimeSocket",
                 "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
                 "TOOLKIT_PID_FILE": GPU_STACK,
+                # the kind the CDI specs name GPUs by, which the device plugin's CDI annotations must match
+                "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": GPU_STACK,
                 "NRI_NAMESPACE": DOWNWARD_API,
             },
         ),
         "validator": OperandTarget(
             containers=("nvidia-operator-validator", "nvidia-dra-validator"),
             image="validator",
-            owned_env={"COMPONENT": GPU_STACK, "WITH_WAIT": GPU_STACK, "MIG_STRATEGY": PLUGIN_CONFIG},
+            owned_env={"COMPONENT": GPU_STACK, "WITH_WAIT": GPU_STACK, "MIG_STRATEGY": PLUGIN_CONFIG, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "devicePlugin": OperandTarget(
             containers=("nvidia-device-plugin",),
@@ -169,6 +195,8 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
                 "GDS_ENABLED": GPUDIRECT_GDS,
                 "MOFED_ENABLED": GPUDIRECT_GDS,
                 "GDRCOPY_ENABLED": GPUDIRECT_GDRCOPY,
+                "NVIDIA_VISIBLE_DEVICES": GPU_STACK,
+                "NVIDIA_DRIVER_CAPABILITIES": GPU_STACK,
             },
         ),
         # The MPS control daemon runs the device plugin's image unless told otherwise.
@@ -177,7 +205,9 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             image="devicePlugin",
             owned_env={**_PLUGIN_FAMILY_ENV, "NVIDIA_VISIBLE_DEVICES": GPU_STACK, "NVIDIA_DRIVER_CAPABILITIES": GPU_STACK},
         ),
-        "gfd": OperandTarget(containers=("gpu-feature-discovery",), image="gfd", owned_env=_PLUGIN_FAMILY_ENV),
+        "gfd": OperandTarget(
+            containers=("gpu-feature-discovery",), image="gfd", owned_env={**_PLUGIN_FAMILY_ENV, "USE_NODE_FEATURE_API": PLATFORM}
+        ),
         # DRA pools get a flavour of their own (`-dra`), claiming their node's GPUs; the same key sets both.
         "dcgm": OperandTarget(containers=("nvidia-dcgm-ctr",), image="dcgm"),
         "dcgmExporter": OperandTarget(
@@ -219,6 +249,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             containers=("nvidia-driver-ctr",),  # in its own DaemonSet: the NVIDIADriver form's container name
             image_set_by="vgpu.managerImage",
             resources_also_reach=_DTK_SIDECAR,
+            openshift_env=True,
             owned_env={"NODE_IP": DOWNWARD_API, "DRIVER_CONFIG_DIGEST": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuDeviceManager": OperandTarget(
@@ -277,6 +308,11 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
                 "POD_NAME": DOWNWARD_API,
                 "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "registry.pullSecrets / operands.draDriver.imagePullSecrets",
                 "FEATURE_GATES": "dra.featureGates",
+                "METRICS_PATH": GPU_STACK,
+                "NVIDIA_MIG_CONFIG_DEVICES": GPU_STACK,
+                "GPU_CLIQUE_LABEL_ENABLED": GPU_STACK,
+                # one controller replica: no election, and the lease named in gpu-stack's namespace
+                **{name: GPU_STACK for name in _LEADER_ELECTION_ENV},
             },
         ),
         # k8s-driver-manager in the VFIO and vGPU managers' pods alone (ClusterPolicy's vfioManager.driverManager and
@@ -287,6 +323,19 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
 )
 
 OPERAND_KEYS: tuple[str, ...] = tuple(OPERANDS)
+
+# Env gpu-stack renders that a user may change through operands.<operand>.env: the defaults of an operand's own
+# tunables, which NVIDIA's assets set and ClusterPolicy's <section>.env replaces, and from which gpu-stack derives
+# nothing. Anything else gpu-stack renders is owned.
+_TUNABLE = "a tunable of the operand itself whose default NVIDIA's asset sets; gpu-stack derives nothing from it"
+OVERRIDABLE_ENV: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "devicePlugin": {"PASS_DEVICE_SPECS": _TUNABLE, "FAIL_ON_INIT_ERROR": _TUNABLE, "DEVICE_ID_STRATEGY": _TUNABLE},
+        "gfd": {"GFD_SLEEP_INTERVAL": _TUNABLE, "GFD_FAIL_ON_INIT_ERROR": _TUNABLE},
+        # the DRA driver chart's logVerbosity
+        "draDriver": {"LOG_VERBOSITY": _TUNABLE, "LOG_VERBOSITY_CD_DAEMON": _TUNABLE},
+    }
+)
 
 # The operand whose override sets a catalog image for every operand that runs it, where the names differ.
 _IMAGE_OWNERS: Mapping[str, str] = MappingProxyType({"kataDevicePlugin": "kataSandboxDevicePlugin"})
@@ -311,6 +360,9 @@ def container_operand(container: str, pod_operand: Optional[str]) -> Optional[st
     return candidates[0] if candidates else None
 
 
-def owned_env(operand: str) -> dict[str, str]:
-    """Env var name -> the stack key (or gpu-stack mechanism) that sets it, for one operand's containers."""
-    return {**COMMON_OWNED_ENV, **OPERANDS[operand].owned_env}
+def owned_env(operand: str, *, openshift: bool) -> dict[str, str]:
+    """Env var name -> the stack key (or gpu-stack mechanism) that sets it, for one operand's containers; `openshift`:
+    the stack's cluster.platform is openshift."""
+    target = OPERANDS[operand]
+    on_openshift = OPENSHIFT_OWNED_ENV if openshift and target.openshift_env else {}
+    return {**COMMON_OWNED_ENV, **target.owned_env, **on_openshift}

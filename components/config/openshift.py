@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, field_validator
 
+from components.catalogs.openshift import PROXY_ENV
 from components.config import limits
 from components.config.base import OS_TAG, _Model, parse_image, shown
 
@@ -73,7 +74,7 @@ class Proxy(_Model):
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
         """The operator's proxy env: each variable upper and lower case, only when set."""
-        pairs = (("HTTP_PROXY", self.http_proxy), ("HTTPS_PROXY", self.https_proxy), ("NO_PROXY", self.no_proxy))
+        pairs = zip(PROXY_ENV, (self.http_proxy, self.https_proxy, self.no_proxy), strict=True)
         return tuple((name, value) for upper, value in pairs if value for name in (upper, upper.lower()))
 
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 class State:
     name: str
     operator_state: str  # the asset folder or controller it replaces
-    component: str  # gpu-stack module under components/
+    # Its module, under components/states/ (a few still under components/kit/); components/stack.py builds the
+    # state with GpuStack's method `_<component>`.
+    component: str
 
 
 STATE_ORDER: tuple[State, ...] = (
@@ -56,7 +58,7 @@ STATE_ORDER: tuple[State, ...] = (
     State("state-cc-manager", "assets/state-cc-manager", "cc_manager"),
     State("kubevirt-host-devices", "the operator's KubeVirt docs (permittedHostDevices, set by hand there)", "kubevirt"),
     State("stack-monitoring", "assets/state-operator-metrics (no operator process: rules over the operands' metrics)", "monitoring"),
-    State("driver-waves", "upgrade controller (pkg/upgrade): waves after the first, each behind a gate", "driver_waves"),
+    State("driver-waves", "upgrade controller (pkg/upgrade): waves after the first, each behind a gate", "waves"),
     State("stack-validation", "ClusterPolicy status (validator Ready on every GPU node)", "validation_gate"),
 )
 

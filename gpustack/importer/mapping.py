@@ -293,7 +293,7 @@ class MappingMixin:
     def _operand_env(self, section: str, operand: str) -> None:
         s = self.spec
         env = s.env(f"{section}.env")
-        owned = owned_env(operand)
+        owned = owned_env(operand, openshift=self.facts.openshift_version is not None)
         carried_env = []
         for name, value in env.items():
             where = f"spec.{section}.env[{name}]"

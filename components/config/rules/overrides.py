@@ -59,7 +59,7 @@ def operand_checks(cfg: "StackConfig") -> list[tuple[str, str]]:
         if key not in deployed:
             problems.append((here, f"this stack does not deploy {key}; remove the override (deployed: {', '.join(sorted(deployed))})"))
             continue
-        owned = operand_targets.owned_env(key)
+        owned = operand_targets.owned_env(key, openshift=cfg.cluster.platform == "openshift")
         for var in override.env:
             if var.name in owned:
                 problems.append((f"{here}.env", f"{var.name} is set by {owned[var.name]}; change that key instead"))

@@ -43,6 +43,7 @@ from components.config.driver_extensions import (
     ProbeTimings,
     RepoConfig,
 )
+from components.config.driver_fields import DIGESTED
 from components.config.upgrade import Upgrade
 from components.kit.builders import AGENT_SECURITY, NODE_NAME_ENV, env, env_from_field, host_path, mount
 
@@ -167,10 +168,9 @@ def _pick(value, default):
 
 def digest_material(settings: DriverSettings) -> Optional[str]:
     """What of the extensions the driver install depends on, for DRIVER_CONFIG_DIGEST (the operator hashes the
-    driver container's mounts, volumes and envFrom, extractDriverInstallConfig); None when none is set, so a stack
-    without them keeps its digest."""
-    keys = {"licensing_config", "virtual_topology_config", "repo_config", "cert_config", "kernel_module_config", "secret_env", "extra_volumes"}
-    chosen = keys & settings.model_fields_set
+    driver container's mounts, volumes and envFrom, extractDriverInstallConfig): the fields components/config/
+    driver_fields.py classifies as reinstalling it. None when none is set, so a stack without them keeps its digest."""
+    chosen = DIGESTED & settings.model_fields_set
     if not chosen:
         return None
     return json.dumps(settings.model_dump(mode="json", include=chosen), sort_keys=True)

@@ -39,7 +39,7 @@ def driver_env(openshift: Optional[OpenShiftDriver]) -> list[EnvVarArgs]:
     """The driver container's OPENSHIFT_VERSION and the cluster proxy (each variable in both cases)."""
     if openshift is None:
         return []
-    return [env("OPENSHIFT_VERSION", openshift.version), *(env(k, v) for k, v in openshift.proxy_env)]
+    return [env(facts.OPENSHIFT_VERSION_ENV, openshift.version), *(env(k, v) for k, v in openshift.proxy_env)]
 
 
 SHARED_MOUNT = mount(facts.DTK_VOLUME, facts.DTK_SHARED_DIR)
