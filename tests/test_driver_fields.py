@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from components.config import driver_extensions, load_config
 from components.config.driver_fields import DIGESTED, DRIVER_FIELDS, POOL_DRIVER_FIELDS, Effect
 from components.config.drivers import Driver, PoolDriver
-from components.kit.driver_targets import config_digest, plan_targets
+from components.states.driver.targets import config_digest, plan_targets
 from stacktest import bag, stack_config
 
 BASE = stack_config("prod-managed")

@@ -49,7 +49,7 @@ COMMON_OWNED_ENV: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Rendered on OpenShift stacks only (components/kit/openshift.py driver_env), so owned there only: elsewhere a driver
+# Rendered on OpenShift stacks only (components/states/driver/openshift.py driver_env), so owned there only: elsewhere a driver
 # that downloads through a proxy is given one by operands.driver.env (or driver.secretEnv), as NVIDIA documents for
 # Kubernetes, and nothing gpu-stack renders is overwritten.
 OPENSHIFT_OWNED_ENV: Mapping[str, str] = MappingProxyType(

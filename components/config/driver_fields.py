@@ -17,7 +17,7 @@ from typing import Mapping
 
 
 class Effect(Enum):
-    # Its value is digest material (components/kit/driver_extensions.py digest_material), as the operator hashes the
+    # Its value is digest material (components/states/driver/extensions.py digest_material), as the operator hashes the
     # driver container's volumes, mounts and envFrom (extractDriverInstallConfig).
     REINSTALLS = "reinstalls the driver (its value is digest material)"
     # It chooses the driver plan's image or kernel module type, which the digest holds (driver_targets.config_digest).

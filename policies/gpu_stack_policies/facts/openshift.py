@@ -91,7 +91,7 @@ TRUSTED_CA_INJECT_LABEL = "config.openshift.io/inject-trusted-cabundle"
 TRUSTED_CA_KEY = "ca-bundle.crt"
 TRUSTED_CA_FILE = "tls-ca-bundle.pem"
 TRUSTED_CA_DIR = "/etc/pki/ca-trust/extracted/pem"
-# The driver pod's env from `cluster.openshift` (components/kit/openshift.py driver_env), as the operator's
+# The driver pod's env from `cluster.openshift` (components/states/driver/openshift.py driver_env), as the operator's
 # OpenShift transforms set it: the cluster's version, and the cluster proxy with each variable in both cases.
 OPENSHIFT_VERSION_ENV = "OPENSHIFT_VERSION"
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
