@@ -22,7 +22,7 @@ This module is pure: nodes are dicts shaped like ``kubectl get node -o json``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import budget
@@ -93,9 +93,6 @@ class Hold:
     failed: bool = False
     drain_started: float | None = None
     restart_started: float | None = None
-    evicted: set[str] = field(default_factory=set)
-    # Whether the last round of evictions had one refused (429): asked again soon.
-    refused: bool = False
 
     @classmethod
     def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":
