@@ -79,6 +79,17 @@ def covers(request: Request | None, grant: str | None, refs: Iterable[str]) -> b
     return request is not None and request.grant == (grant or "") and set(refs) <= request.pods
 
 
+def request_patch(node: Mapping[str, Any], grant: str | None, work: Sequence[Mapping[str, Any]],
+                  selector: str) -> dict[str, Any] | None:
+    """The patch that asks for ``work``'s drain on the node; None when the standing request asks for it already, so
+    that the request is written again only when work it does not name came (a pod bound before the cordon), never
+    for a pod that went. The agent removes it with the slot, or when the slot is marked failed."""
+    refs = wanted(work, selector)
+    if not refs or covers(request_of(node), grant, refs):
+        return None
+    return {"metadata": {"annotations": {DRAIN_ANNOTATION: request_value(grant, refs)}}}
+
+
 def granted(request: Request, record: Mapping[str, Any] | None) -> bool:
     """Whether the budget's slot ``record`` of the node is the one the request is made under, and not failed."""
     if record is None or record.get("failed"):

@@ -42,7 +42,7 @@ def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("annotations") or {}
 
 
-def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
 
 
@@ -72,7 +72,7 @@ def grant_of(node: Mapping[str, Any]) -> str | None:
 
 
 def driver_revision(node: Mapping[str, Any]) -> str | None:
-    return _labels(node).get(DRIVER_REVISION_LABEL) or None
+    return labels_of(node).get(DRIVER_REVISION_LABEL) or None
 
 
 def granted(record: Mapping[str, Any] | None, grant: str | None) -> bool:

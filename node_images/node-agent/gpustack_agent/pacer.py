@@ -11,9 +11,8 @@ coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`
   as a driver upgrade: evicted with ``gpuPodEviction`` or ``drain``; a removal evicts only with ``drain``, and
   without it gives the slot back while GPU work runs and asks again once it ended), the change is applied, and the
   slot is held until the node is through (:func:`removal.hold_reasons`);
-- a drain is asked for, not done: the agent names the pods on its own Node (:mod:`.drains`) and the coordinator,
-  which alone holds ``pods/eviction``, evicts those bound to this node while the slot is held; the agent judges the
-  drain's timeout and removes the request when the slot goes back or is marked failed;
+- a drain is asked for on the node's own Node (:mod:`.drains`): the coordinator, which alone may evict, evicts the
+  pods named that are bound to this node; the agent judges the drain's timeout;
 - a driver upgrade (version 3, ``driverUpgrade: rolling``) is granted without being asked: the coordinator sees
   the node's driver pod is out of date from the ``gpu-stack/driver-revision`` label the agent keeps. The node is
   cordoned, its GPU pods evicted (or waited for), its driver pod deleted so that the OnDelete DaemonSet creates the
@@ -37,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import budget, drains, grants, kube, labelloop, labels, podops, podwatch, removal, revisions, slots, upgrade
 from . import pods as podinfo
+from .grants import labels_of
 
 Now = Callable[[], datetime.datetime]
 # An idle node looks at its pods (orphaned driver pods, its driver pod's revision) this often even without a
@@ -448,8 +448,7 @@ class Pacer:
     def _drain_wait(self, rules: labels.Removal) -> float:
         """How long a holder waiting for GPU work to leave may watch before its drain timeout needs judging."""
         assert self.hold is not None
-        # Evictions the coordinator asks again (429) end in pod events like any other: only the drain's timeout
-        # needs a timer here.
+        # The coordinator asks refused evictions again; only the drain's timeout needs a timer here.
         if not (rules.gpu_pod_eviction or rules.drain) or not rules.drain_timeout_seconds or self.hold.failed:
             return HOLD_WATCH_SECONDS
         started = self.hold.drain_started if self.hold.drain_started is not None else self.clock()
@@ -460,7 +459,6 @@ class Pacer:
         assert self.hold is not None
         self.hold.failed = True
         self.slots.mark(rules.namespace, why)
-        # The request goes too: a failed slot stops the coordinator's evictions, and the record shows why.
         self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.FAILED},
                                   "annotations": {drains.DRAIN_ANNOTATION: None}}})
         self.log({"level": "error", "event": "upgrade-failed", "node": self.node_name, "error": why})
@@ -468,15 +466,12 @@ class Pacer:
     # --- requests on pods and the node ------------------------------------------------------------------
 
     def _ask_drain(self, work: Sequence[Mapping[str, Any]], rules: labels.Removal) -> None:
-        """Ask the coordinator to evict the GPU work the drain selects, on this node's own Node (the one Node the
-        agent may write); written again only when work the request does not name yet came (a pod bound before the
-        cordon), never for a pod that went."""
+        """Ask the coordinator, on this node's own Node, to evict the GPU work the drain selects."""
         assert self.hold is not None
         self._notice("info", "draining", **removal.named_pods(work))
-        refs = drains.wanted(work, rules.drain_pod_selector)
-        if refs and not drains.covers(drains.request_of(self._node()), self.hold.grant, refs):
-            self._patch({"metadata": {"annotations": {
-                drains.DRAIN_ANNOTATION: drains.request_value(self.hold.grant, refs)}}})
+        patch = drains.request_patch(self._node(), self.hold.grant, work, rules.drain_pod_selector)
+        if patch is not None:
+            self._patch(patch)
 
     def _delete_pod(self, namespace: str, name: str, why: str) -> None:
         podops.delete_pod(self.core, namespace, name, why, node_name=self.node_name, log=self.log)
@@ -503,7 +498,3 @@ class Pacer:
         if key != self._last_notice:
             self._last_notice = key
             self.log({"level": level, "event": event, "node": self.node_name, **fields})
-
-
-def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
-    return (node.get("metadata") or {}).get("labels") or {}
