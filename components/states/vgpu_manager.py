@@ -59,7 +59,7 @@ from components.kit import naming
 from components.kit.driver_targets import OpenShiftDriver
 from components.kit.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
-from components.states.driver import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, driver_manager
+from components.states.driver import COMPONENT_LABEL, PRECOMPILED_LABEL, UPDATE_STRATEGY, cluster_rules, driver_manager
 from components.states.driver import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
@@ -200,7 +200,7 @@ class VgpuManager(pulumi.ComponentResource):
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=cluster_rules(upgrade), opts=child)
         self.daemonsets = {}
         # vgpu.kernelModuleConfig: its keys into /drivers, as the driver's kernel module config.
         module_volume, module_mounts = config_map_files(kernel_module_config, DRIVERS_DIR) if kernel_module_config else (None, [])
@@ -220,7 +220,10 @@ class VgpuManager(pulumi.ComponentResource):
                 host_pid=True,
                 affinity=ONE_DRIVER_PER_NODE,
                 update_strategy=UPDATE_STRATEGY,
-                init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
+                # Its env stays the upgrade policy's, so that this program's update rolls no vGPU manager (a restart stops
+                # the node's VMs): its manager never evicts all the same, superseded while an agent upgrades the node
+                # (nvidia.com/gpu-driver-upgrade-enabled) and refused otherwise, its token holding no `pods/eviction`.
+                init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest, own_eviction=True)],
                 containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
                 volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
                 termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
