@@ -6,8 +6,6 @@ VM-workload states' methods are in components/stack_vm.py (VmStates).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Callable, Optional
 
 import pulumi
@@ -22,6 +20,8 @@ from components.kit.dra_api import example_claim_templates, resource_api_version
 from components.kit.driver_targets import ValidatedFiles, plan_targets, targets_of_pool
 from components.kit.node_inventory import NodeInventory
 from components.kit.node_labeler import DriverImage, NodeLabeler, Removal
+from components.kit.node_write_policy import GpuNodeAccounts, node_bound_writes
+from components.kit.stack_digest import stack_digest
 from components.kit.stack_inputs import gpudirect_sidecars, operands
 from components.kit.validation_gate import ValidationGate
 from components.kit.waves import DriverWaves
@@ -46,31 +46,6 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
-# Keys added after stacks were deployed, with their defaults: while a key keeps its default it stays out of the
-# digest, so upgrading gpu-stack re-runs no gate on a stack that does not use it.
-ADDED_KEYS = (
-    (("cluster", "platform"), "kubernetes"),
-    (("cluster", "openshift"), None),
-    (("driver", "virtualTopologyConfig"), None),
-    (("toolkit", "runtimeClass"), "nvidia"),
-    (("devicePlugin", "mpsRoot"), "/run/nvidia/mps"),
-    (("vgpu", "kernelModuleConfig"), None),
-    (("vgpu", "configs"), {}),
-    (("operands", "vfioManagerDriverManager"), None),
-    (("operands", "vgpuManagerDriverManager"), None),
-)
-
-
-def stack_digest(cfg: StackConfig) -> str:
-    # warnings off: a tagged number inside the union of a MIG layout (components/config/keys.py) makes pydantic-core
-    # warn while it writes the same value
-    dumped = cfg.model_dump(mode="json", by_alias=True, warnings=False)
-    for (section, key), default in ADDED_KEYS:
-        if dumped[section].get(key, default) == default:
-            dumped[section].pop(key, None)
-    return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class GpuStack(VmStates, pulumi.ComponentResource):
     """Every enabled operator state as a child component, in state order."""
 
@@ -80,7 +55,12 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         # The source map of this render (components/kit/sources.py): recorded as every object below is built, never
         # changing one.
         self.sources = sources.start()
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transformations=[sources.record]))
+        # The ServiceAccounts whose pods run on GPU nodes, noted as their DaemonSets register (the node-bound
+        # admission policies name them; components/kit/node_write_policy.py).
+        self._gpu_node_accounts = GpuNodeAccounts()
+        noted = sources.noting_on("DaemonSet", sources.NODE_BOUND, cfg.cluster, "kubernetes_versions")
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(transformations=[sources.record, noted, self._gpu_node_accounts.record]))
         super().__init__("gpu-stack:index:GpuStack", name, None, opts)
         self._cfg = cfg
         self._stack = pulumi.get_stack()
@@ -117,6 +97,9 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             "state-kata-device-plugin": self._kata_device_plugin,
             "state-cc-manager": self._cc_manager,
             "kubevirt-host-devices": self._kubevirt_host_devices,
+            # after every state with pods on GPU nodes: it names the ServiceAccount of every DaemonSet they registered
+            "node-bound-writes": lambda after: node_bound_writes(cfg, self._ops.namespace, self._gpu_node_accounts,
+                                                                 self.states, after, self._opts()),
             "stack-monitoring": self._monitoring,
             "driver-waves": self._driver_waves,
             "stack-validation": self._validation_gate,
