@@ -9,7 +9,7 @@ and no stack key changes an expression.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gpustack.apiserver import formats
 from gpustack.apiserver.engine import Obj, Report, mapping, rule
@@ -19,7 +19,6 @@ OPERATIONS = ("*", "CREATE", "UPDATE", "DELETE", "CONNECT")
 REASONS = ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 MAX_MATCH_CONDITIONS = 64
-# A variable is read as `variables.<name>`: a CEL identifier.
 _CEL_IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
 
 
@@ -59,32 +58,30 @@ def _rules(rules: Sequence[Mapping[str, Any]], path: str, report: Report) -> Non
         _resources(_required_list(named.get("resources"), f"{here}.resources", report), f"{here}.resources", report)
 
 
-def _match_conditions(conditions: Sequence[Mapping[str, Any]], path: str, report: Report) -> None:
-    if len(conditions) > MAX_MATCH_CONDITIONS:
-        report(path, f"Too many: {len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items")
+def _named_expressions(items: Sequence[Mapping[str, Any]], path: str, report: Report,
+                       name_problems: Callable[[str], list[str]]) -> None:
+    """Match conditions and variables alike: each a valid, unique name and an expression."""
     seen: set[str] = set()
-    for i, condition in enumerate(conditions):
-        name = str(condition.get("name") or "")
-        for message in formats.is_qualified_name(name) if name else ["Required value"]:
-            report(f"{path}[{i}].name", message if message == "Required value" else f"Invalid value {name[:80]!r}: {message}")
+    for i, item in enumerate(items):
+        name = str(item.get("name") or "")
+        for message in name_problems(name):
+            report(f"{path}[{i}].name", message)
         if name in seen:
             report(f"{path}[{i}].name", f"Duplicate value: {name!r}")
         seen.add(name)
-        if not str(condition.get("expression") or "").strip():
+        if not str(item.get("expression") or "").strip():
             report(f"{path}[{i}].expression", "Required value")
 
 
-def _variables(variables: Sequence[Mapping[str, Any]], path: str, report: Report) -> None:
-    seen: set[str] = set()
-    for i, variable in enumerate(variables):
-        name = str(variable.get("name") or "")
-        if not _CEL_IDENTIFIER.fullmatch(name):
-            report(f"{path}[{i}].name", f"Invalid value {name[:80]!r}: name is not a valid CEL identifier")
-        if name in seen:
-            report(f"{path}[{i}].name", f"Duplicate value: {name!r}")
-        seen.add(name)
-        if not str(variable.get("expression") or "").strip():
-            report(f"{path}[{i}].expression", "Required value")
+def _condition_name(name: str) -> list[str]:
+    if not name:
+        return ["Required value"]
+    return [f"Invalid value {name[:80]!r}: {m}" for m in formats.is_qualified_name(name)]
+
+
+def _variable_name(name: str) -> list[str]:
+    # a variable is read as `variables.<name>`: a CEL identifier
+    return [] if _CEL_IDENTIFIER.fullmatch(name) else [f"Invalid value {name[:80]!r}: name is not a valid CEL identifier"]
 
 
 def _validations(validations: Sequence[Mapping[str, Any]], path: str, report: Report) -> None:
@@ -114,8 +111,11 @@ def admission_policy(obj: Obj, report: Report) -> None:
     else:
         _rules(_required_list(mapping(constraints).get("resourceRules"), "spec.matchConstraints.resourceRules", report),
                "spec.matchConstraints.resourceRules", report)
-    _match_conditions(spec.get("matchConditions") or [], "spec.matchConditions", report)
-    _variables(spec.get("variables") or [], "spec.variables", report)
+    conditions = spec.get("matchConditions") or []
+    if len(conditions) > MAX_MATCH_CONDITIONS:
+        report("spec.matchConditions", f"Too many: {len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items")
+    _named_expressions(conditions, "spec.matchConditions", report, _condition_name)
+    _named_expressions(spec.get("variables") or [], "spec.variables", report, _variable_name)
     if not spec.get("validations") and not spec.get("auditAnnotations"):
         report("spec.validations", "Required value: validations or auditAnnotations must contain at least one item")
     _validations(spec.get("validations") or [], "spec.validations", report)
