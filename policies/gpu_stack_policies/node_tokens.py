@@ -48,22 +48,22 @@ def _accounts(resources: Iterable[Any]) -> dict[tuple[str, str], Any]:
     return found
 
 
-def rules_of(resources: list, namespace: str, account: str) -> list[Mapping]:
-    """Every rule the ServiceAccount is bound to, through RoleBindings and ClusterRoleBindings."""
+def rules_by_account(resources: list) -> dict[tuple[str, str], list[Mapping]]:
+    """(namespace, ServiceAccount) -> every rule it is bound to, through RoleBindings and ClusterRoleBindings: one
+    pass over the stack, whatever the number of accounts."""
     roles = {(objects.kind_of(r.resource_type), objects.namespace_of(r.props), objects.name_of(r.props)): r
              for kind in ("Role", "ClusterRole") for r in objects.resources_by_kind(resources, kind)}
-    found: list[Mapping] = []
+    found: dict[tuple[str, str], list[Mapping]] = {}
     for kind in ("RoleBinding", "ClusterRoleBinding"):
         for binding in objects.resources_by_kind(resources, kind):
-            subjects = [objects.mapping(s) for s in objects.items(binding.props.get("subjects"))]
             bound_here = objects.namespace_of(binding.props)
-            if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
-                       and (s.get("namespace") or bound_here) == namespace for s in subjects):
-                continue
             ref = objects.mapping(binding.props.get("roleRef"))
             role = roles.get((ref.get("kind"), bound_here if ref.get("kind") == "Role" else None, ref.get("name")))
-            if role is not None:
-                found += [objects.mapping(r) for r in objects.items(role.props.get("rules"))]
+            rules = [objects.mapping(r) for r in objects.items(role.props.get("rules"))] if role is not None else []
+            for subject in (objects.mapping(s) for s in objects.items(binding.props.get("subjects"))):
+                if subject.get("kind") == "ServiceAccount":
+                    key = (str(subject.get("namespace") or bound_here or ""), str(subject.get("name") or ""))
+                    found.setdefault(key, []).extend(rules)
     return found
 
 
@@ -135,8 +135,9 @@ def validate_node_bound(args: StackValidationArgs, report: ReportViolation) -> N
 def validate_reach(args: StackValidationArgs, report: ReportViolation) -> None:
     resources = list(args.resources)
     bound = bool(_policies(resources))
+    rbac = rules_by_account(resources)
     for (namespace, account), ds in sorted(_accounts(resources).items(), key=lambda item: item[0]):
-        rules = rules_of(resources, namespace, account)
+        rules = rbac.get((namespace, account), [])
         what = objects.describe("DaemonSet", ds.props, ds.name)
         if evicts(rules):
             report_at(report, "/spec/template/spec/serviceAccountName",
@@ -155,6 +156,7 @@ def validate_reach(args: StackValidationArgs, report: ReportViolation) -> None:
 
 def validate_where_needed(args: StackValidationArgs, report: ReportViolation) -> None:
     resources = list(args.resources)
+    rbac = rules_by_account(resources)
     for kind in objects.POD_TEMPLATE_KINDS:
         for workload in objects.resources_by_kind(resources, kind):
             spec = objects.pod_spec(kind, workload.props) or {}
@@ -162,7 +164,7 @@ def validate_where_needed(args: StackValidationArgs, report: ReportViolation) ->
                 continue
             account = str(spec.get("serviceAccountName") or "default")
             namespace = str(objects.namespace_of(workload.props) or "")
-            if not holds_rights(rules_of(resources, namespace, account)):
+            if not holds_rights(rbac.get((namespace, account), [])):
                 report_at(report, f"{objects.pod_spec_pointer(kind)}/automountServiceAccountToken",
                           f"{objects.describe(kind, workload.props, workload.name)} mounts a token of {account}, which "
                           "holds no rights: a token nothing uses is one more to steal; fix: automountServiceAccountToken: "
