@@ -6,8 +6,6 @@ VM-workload states' methods are in components/stack_vm.py (VmStates).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Optional
 
 import pulumi
@@ -15,14 +13,15 @@ import pulumi_kubernetes as k8s
 
 from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
-from components.config.digest_keys import without_added_defaults
 from components.kit import sharing, sources
 from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
+from components.kit.stack_digest import stack_digest
 from components.states.driver.targets import ValidatedFiles, gpudirect_sidecars, plan_targets
 from components.states.node_inventory import NodeInventory
 from components.states.node_labeler import NodeLabeler, Removal
+from components.states.node_write_policy import GpuNodeAccounts, NodeBoundWrites, node_bound_writes
 from components.kit.stack_inputs import operands
 from components.states.validation_gate import ValidationGate
 from components.states.waves import DriverWaves
@@ -47,15 +46,6 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
-def stack_digest(cfg: StackConfig) -> str:
-    # warnings off: a tagged number inside the union of a MIG layout (components/config/keys.py) makes pydantic-core
-    # warn while it writes the same value
-    dumped = cfg.model_dump(mode="json", by_alias=True, warnings=False)
-    # keys added since stacks were deployed stay out while at their defaults (components/config/digest_keys.py)
-    kept = without_added_defaults(StackConfig, dumped)
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class GpuStack(VmStates, pulumi.ComponentResource):
     """Every enabled operator state as a child component, in state order."""
 
@@ -65,7 +55,12 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         # The source map of this render (components/kit/sources.py): recorded as every object below is built, never
         # changing one.
         self.sources = sources.start()
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transformations=[sources.record]))
+        # The ServiceAccounts whose pods run on GPU nodes, noted as their DaemonSets register (the node-bound
+        # admission policies name them; components/states/node_write_policy.py).
+        self._gpu_node_accounts = GpuNodeAccounts()
+        noted = sources.noting_on("DaemonSet", sources.NODE_BOUND, cfg.cluster, "kubernetes_versions")
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(transformations=[sources.record, noted, self._gpu_node_accounts.record]))
         super().__init__("gpu-stack:index:GpuStack", name, None, opts)
         self._cfg = cfg
         self._stack = pulumi.get_stack()
@@ -412,6 +407,10 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             depends_on=after,
             opts=self._opts(),
         )
+
+    def _node_write_policy(self, after: list[pulumi.Resource]) -> Optional[NodeBoundWrites]:
+        # after every state with pods on GPU nodes: it names the ServiceAccount of every DaemonSet they registered
+        return node_bound_writes(self._cfg, self._ops.namespace, self._gpu_node_accounts, self.states, after, self._opts())
 
     def _monitoring(self, after: list[pulumi.Resource]) -> Optional[StackMonitoring]:
         monitoring = self._cfg.monitoring

@@ -76,6 +76,7 @@ class VmStates:
             "state-vgpu-manager",
             ops=self._ops,
             image=self._cfg.vgpu.manager_image,
+            upgrade=self._cfg.upgrade,
             planned=self._vgpu_managers,
             depends_on=after,
             opts=self._opts(),

@@ -80,7 +80,7 @@ DESCRIPTIONS: dict[str, str] = {
     "nfd.mode": "`deploy` installs NFD; `existing` reuses the cluster's NFD and never installs a second.",
     "nfd.chartRepository": "Gone: gpu-stack renders Node Feature Discovery's objects itself and pulls no chart, so a stack file that still sets this key is refused; an air-gapped cluster mirrors NFD's image under `registry.override` instead.",
     "nodeAgent": "gpu-stack's node agent (node_images/node-agent): node labeller, NVML inventory and drift report, validation gates.",
-    "nodeAgent.image": "The pinned image of `node_images/node-agent`, 0.9.0 or later: it reads the version-4 node-pools document (each node's driver DaemonSet chosen by the node image it runs), performs the driver upgrades (and the VM pools' vGPU and VFIO manager upgrades) within the fleet budget `upgrade.maxUnavailable`, and runs the upgrade coordinator that grants that budget in the order nodes need it; required unless labelling and validation are off.",
+    "nodeAgent.image": "The pinned image of `node_images/node-agent`, 0.9.0 or later: it reads the version-4 node-pools document (each node's driver DaemonSet chosen by the node image it runs), performs the driver upgrades (and the VM pools' vGPU and VFIO manager upgrades) within the fleet budget `upgrade.maxUnavailable`, and runs the upgrade coordinator that grants that budget in the order nodes need it and carries out the drains the agents ask for (no token on a GPU node evicts); required unless labelling and validation are off.",
     # --- daemonsets --------------------------------------------------------------------------------------------
     "daemonsets": "Settings every operand DaemonSet shares.",
     "daemonsets.priorityClassName": "The priority class of every operand.",

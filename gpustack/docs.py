@@ -114,9 +114,10 @@ Each error names the key to change.
   wave, host-driver and VM pools in none; wave names are unique. With `expectedNodes`, each gate's timeout must
   leave its wave's declared nodes time to roll within the fleet budget (`maxUnavailable`, a percentage of every
   declared node, capped by `maxParallelUpgrades`).
-- `nodeAgent.image` must be 0.9.0 or later by its tag (a digest is taken on trust): 0.8.0 does not roll the VM
-  pools' vGPU and VFIO managers, older images have no upgrade coordinator (`coordinate`), which grants the fleet
-  budget, and agents before 0.7.0 cannot read the version-4 node-pools document (a driver DaemonSet per node image).
+- `nodeAgent.image` must be 0.9.0 or later by its tag (a digest is taken on trust): older agents evict pods
+  themselves, which their RBAC no longer allows, and their coordinator carries out no drain; 0.8.0 also does not
+  roll the VM pools' vGPU and VFIO managers; images before 0.8.0 have no upgrade coordinator (`coordinate`) at all,
+  and agents before 0.7.0 cannot read the version-4 node-pools document (a driver DaemonSet per node image).
 - `registry.credentials` and the secret `registryPassword` are set together.
 - And the rules that predate sharing: no `toolkit.runtimeSocket` with cri-o; `nodeAgent.image` unless labelling
   and validation are off; `validation.mode` other than `off` needs the toolkit.
@@ -363,13 +364,14 @@ def write_policy_page(path: Path = POLICY_PAGE) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpustack import ci_examples, diff_report, graph
+    from gpustack import ci_examples, diff_report, graph, security
 
     pages = (
         (PAGE, stale, write),
         (POLICY_PAGE, policy_page_stale, write_policy_page),
         (graph.CONCEPTS_PAGE, graph.concepts_stale, graph.write_concepts),
         (ci_examples.CI_PAGE, ci_examples.stale, ci_examples.write),
+        (security.PAGE, security.stale, security.write),
         (DIFF_SCHEMA, lambda path: generated.stale(path, diff_report.schema_text()),
          lambda path: generated.write(path, diff_report.schema_text())),
     )
@@ -386,6 +388,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models, the policy enforcement table in docs/policies.md, the state graph in docs/concepts.md and the example in docs/ci.md")
+    parser = sub.add_parser("docs", help="write docs/configuration.md from the config models, the policy enforcement table in docs/policies.md, the state graph in docs/concepts.md, the example in docs/ci.md and docs/security.md from the shipped stacks' renders")
     parser.add_argument("--check", action="store_true", help="only report a stale page (exit 1), write nothing")
     parser.set_defaults(run=run)

@@ -157,6 +157,26 @@ def crd() -> dict[str, Any]:
     }
 
 
+def admission_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "node-bound"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE", "UPDATE"], "resources": ["pods", "pods/*"]}]},
+            "matchConditions": [{"name": "from-the-plugin", "expression": "request.userInfo.username == 'x'"}],
+            "variables": [{"name": "requestNode", "expression": "'n'"}],
+            "validations": [{"expression": "variables.requestNode != ''", "message": "no node"}],
+        },
+    }
+
+
+def admission_binding() -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "node-bound"}, "spec": {"policyName": "node-bound", "validationActions": ["Deny"]}}
+
+
 def namespace() -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
 

@@ -27,9 +27,10 @@ def _cli_renders_through_the_run_cache():
     import gpustack.checking as checking_module
     import gpustack.diff as diff_module
     import gpustack.graph as graph_module
+    import gpustack.security as security_module
     from stacktest import cached_run_program
 
-    modules = (cli_module, checking_module, diff_module, graph_module)
+    modules = (cli_module, checking_module, diff_module, graph_module, security_module)
     originals = [module.run_program for module in modules]
     for module in modules:
         module.run_program = cached_run_program

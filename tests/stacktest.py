@@ -104,6 +104,14 @@ def render_stack(stack: str, *, preview: bool = False) -> Recording:
     return render(stack_config(stack), stack=stack, preview=preview)
 
 
+@functools.lru_cache(maxsize=None)
+def stack_objects(stack: str) -> tuple[dict[str, Any], ...]:
+    """Every Kubernetes object of a shipped stack's render, in apply order (what its golden holds)."""
+    from gpustack.render import objects_in_order
+
+    return tuple(obj for _, obj in objects_in_order(render_stack(stack)))
+
+
 def objects(recording: Recording, kind: str) -> dict[str, dict[str, Any]]:
     """Kubernetes objects of one kind, by name, as the manifests render them."""
     from gpustack.render import kubernetes_object

@@ -26,6 +26,7 @@ import pytest
 
 from changesafety import EDITS, Config, Edit, driver_version_bump, loaded, waves
 from components.kit import naming
+from components.states import node_write_policy
 from components.states.node_labeler import pool_labels
 from gpustack import changes
 from stacktest import STACKS, render, stack_config
@@ -79,14 +80,22 @@ def rendered(config: Config, label: str, stack: str) -> bool:
 
 
 def echo(before: Config, after: Config, stack: str) -> Expect:
-    """Any edit: the stack gate re-runs and the recording rule with the configuration digest is updated."""
+    """Any edit: the stack gate re-runs and the recording rule with the configuration digest is updated; where a
+    DaemonSet's ServiceAccount comes or goes, the node-bound admission policies name the accounts anew."""
     expect = Expect()
     if loaded(after).validation.mode != "off":
         expect.rerun.add(obj(after, "Job", "gpu-stack-validation"))
     rule = obj(after, "PrometheusRule", "gpu-stack")
     if rendered(after, rule, stack):
         expect.update.add(rule)
+    if gpu_node_accounts(before, stack) != gpu_node_accounts(after, stack):
+        expect.update |= {f"ValidatingAdmissionPolicy/{shape.name}" for shape in node_write_policy.SHAPES}
     return expect
+
+
+def gpu_node_accounts(config: Config, stack: str) -> set[str]:
+    return {(((r.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get("serviceAccountName")
+            for r in render(config, stack=stack).registrations if r.inputs.get("kind") == "DaemonSet"}
 
 
 WAVE_GATE_RBAC = ("ServiceAccount", "Role", "RoleBinding")

@@ -315,6 +315,7 @@ def test_the_program_and_the_pack_name_the_apply_order_alike():
     from gpustack.policyrun import _import_pack
 
     assert sources.DEPENDENCIES == _import_pack().fields.DEPENDENCIES
+    assert sources.NODE_BOUND == _import_pack().fields.NODE_BOUND
 
 
 def test_the_rules_are_every_check_with_the_pack_levels_and_severities():

@@ -69,6 +69,7 @@ BAD = [
     ("agent image missing", deleter("gpu-stack:nodeAgent", "image"), "gpu-stack:nodeAgent.image", "required"),
     ("agent image untagged", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent"), "gpu-stack:nodeAgent.image", "no tag"),
     ("agent without the upgrade coordinator", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.3.0"), "gpu-stack:nodeAgent.image", "use 0.9.0 or later"),
+    ("agent that evicts by itself", setter("gpu-stack:nodeAgent", "image", value="harbor.internal/agent:0.8.0"), "gpu-stack:nodeAgent.image", "use 0.9.0 or later"),
     ("registry", setter("gpu-stack:registry", "override", value="https://mirror"), "gpu-stack:registry.override", "host[:port]"),
     ("pull secret", setter("gpu-stack:registry", "pullSecrets", value=["Bad_Name"]), "gpu-stack:registry.pullSecrets", "Secret name"),
     ("strategy", setter("gpu-stack:daemonsets", "updateStrategy", value="Recreate"), "gpu-stack:daemonsets.updateStrategy", "'RollingUpdate', 'OnDelete'"),
@@ -111,7 +112,7 @@ BAD = [
     ("plugin workload", setter("gpu-stack:validator", "pluginWorkload", value="no"), "gpu-stack:validator.pluginWorkload", "true, false"),
     ("resync", setter("gpu-stack:nodeAgent", "resyncSeconds", value=5), "gpu-stack:nodeAgent.resyncSeconds", "greater than or equal to 10"),
     ("resync over an hour", setter("gpu-stack:nodeAgent", "resyncSeconds", value=3601), "gpu-stack:nodeAgent.resyncSeconds", "less than or equal to 3600"),
-    ("agent before the fleet budget", setter("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0"), "gpu-stack:nodeAgent.image", "reads node-pools config version 4 (a driver DaemonSet per node image) and performs driver upgrades within the fleet budget"),
+    ("agent before the fleet budget", setter("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.5.0"), "gpu-stack:nodeAgent.image", "grants the fleet's disruption budget in the order nodes need it and carries out the drains"),
     # gone with the Helm release (components/states/nfd.py): refused by name, whatever the value
     ("chart repo", setter("gpu-stack:nfd", "chartRepository", value="oci://registry.k8s.io/nfd/charts"), "gpu-stack:nfd.chartRepository", "this key is gone"),
     ("chart repo null", setter("gpu-stack:nfd", "chartRepository", value=None), "gpu-stack:nfd.chartRepository", "remove it"),

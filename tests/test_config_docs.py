@@ -5,7 +5,7 @@ from __future__ import annotations
 from stacktest import ROOT
 
 from gpustack import __main__ as cli
-from gpustack import ci_examples, config_descriptions, docs, graph, stack_schema
+from gpustack import ci_examples, config_descriptions, docs, graph, security, stack_schema
 
 
 def test_the_committed_reference_is_what_the_models_generate():
@@ -16,8 +16,9 @@ def test_docs_check_exits_1_on_a_stale_page_and_writes_nothing(tmp_path, monkeyp
     page = tmp_path / "configuration.md"
     page.write_text("# hand-edited\n")
     monkeypatch.setattr(docs, "PAGE", page)
-    # the pages rendered from stacks (the concepts graph, the CI example) have freshness tests of their own
-    for module, is_stale, write in ((graph, "concepts_stale", "write_concepts"), (ci_examples, "stale", "write")):
+    # the pages rendered from stacks (the concepts graph, the CI example, security) have freshness tests of their own
+    for module, is_stale, write in ((graph, "concepts_stale", "write_concepts"), (ci_examples, "stale", "write"),
+                                    (security, "stale", "write")):
         monkeypatch.setattr(module, is_stale, lambda path: False)
         monkeypatch.setattr(module, write, lambda path: False)
     assert cli.main(["docs", "--check"]) == 1

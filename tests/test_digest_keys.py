@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from components.config import StackConfig, load_config
 from components.config import digest_keys
-from components.stack import stack_digest
+from components.kit.stack_digest import stack_digest
 from stacktest import bag, stack_config
 
 BASE = stack_config("prod-managed")

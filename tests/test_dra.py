@@ -701,7 +701,8 @@ def test_validator_daemonset(full):
     assert main["lifecycle"]["preStop"]["exec"]["command"] == ["sh", "-c", "rm -f /run/nvidia/validations/*-ready"]
     assert host_paths(ds) == {"run-nvidia-validations": ("/run/nvidia/validations", "DirectoryOrCreate")}
     role = objects(full, "Role")["nvidia-dra-validator"]
-    assert rules(role) == {SCC}
+    # its driver check lists the driver DaemonSets (GO:cmd/nvidia-validator isDriverManagedByOperator)
+    assert rules(role) == {SCC, (("apps",), ("daemonsets",), ("list",), ())}
     assert "nvidia-dra-validator" not in objects(full, "ClusterRole")
 
 

@@ -265,12 +265,14 @@ def manager_env(ds: dict[str, Any]) -> dict[str, Any]:
     return env_of(container(ds, "k8s-driver-manager"))
 
 
-def test_upgrade_policy_is_rendered_into_the_driver_manager_env():
-    for ds in driver_daemonsets(render_stack("prod-precompiled")).values():
+def test_upgrade_policy_is_rendered_into_the_driver_manager_env_which_never_evicts_with_rolling_upgrades():
+    recording = render_stack("prod-precompiled")
+    for ds in driver_daemonsets(recording).values():
         env = manager_env(ds)
+        # The node agents' drain (the coordinator evicting) empties a node before its driver pod goes.
         assert {k: env[k] for k in env if k.startswith(("ENABLE_", "DRAIN_"))} == {
-            "ENABLE_GPU_POD_EVICTION": "true",
-            "ENABLE_AUTO_DRAIN": "true",
+            "ENABLE_GPU_POD_EVICTION": "false",
+            "ENABLE_AUTO_DRAIN": "false",
             "DRAIN_USE_FORCE": "false",
             "DRAIN_POD_SELECTOR_LABEL": "gpu-stack.io/drain!=never",
             "DRAIN_TIMEOUT_SECONDS": "900s",
@@ -279,13 +281,16 @@ def test_upgrade_policy_is_rendered_into_the_driver_manager_env():
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
         # The node agents roll it within the fleet budget; the DaemonSet controller never replaces a driver pod.
         assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    resources = {r for rule in objects(recording, "ClusterRole")["nvidia-driver"]["rules"] for r in rule["resources"]}
+    assert "pods/eviction" not in resources, "a token on every GPU node must not evict pods of other nodes"
 
 
 def test_default_upgrade_policy_evicts_gpu_pods_one_node_at_a_time():
     recording = render_stack("dev")
     ds = objects(recording, "DaemonSet")["nvidia-driver-daemonset"]
     env = manager_env(ds)
-    assert (env["ENABLE_GPU_POD_EVICTION"], env["ENABLE_AUTO_DRAIN"], env["DRAIN_TIMEOUT_SECONDS"]) == ("true", "false", "300s")
+    # the agents evict (through the coordinator), the driver manager does not
+    assert (env["ENABLE_GPU_POD_EVICTION"], env["ENABLE_AUTO_DRAIN"], env["DRAIN_TIMEOUT_SECONDS"]) == ("false", "false", "300s")
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     removal = json.loads(objects(recording, "ConfigMap")["gpu-stack-node-pools"]["data"]["node-pools.json"])["removal"]
     assert removal == {
@@ -302,6 +307,16 @@ def test_manual_strategy_leaves_driver_pods_until_someone_deletes_them():
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     env = manager_env(ds)
     assert (env["ENABLE_GPU_POD_EVICTION"], env["DRAIN_USE_FORCE"], env["DRAIN_TIMEOUT_SECONDS"]) == ("false", "true", "0s")
+
+
+def test_with_manual_upgrades_the_driver_manager_evicts_and_keeps_the_grant_as_nvidias_does():
+    config = stack_config("prod-managed")
+    config["gpu-stack:upgrade"] = {"strategy": "manual"}
+    recording = render(config)
+    env = manager_env(objects(recording, "DaemonSet")["nvidia-driver-daemonset-training"])
+    assert env["ENABLE_GPU_POD_EVICTION"] == "true", "nothing else drains a node whose driver pod someone deletes"
+    rules = objects(recording, "ClusterRole")["nvidia-driver"]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rules
 
 
 def test_other_operands_keep_the_daemonsets_update_strategy():

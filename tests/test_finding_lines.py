@@ -163,9 +163,9 @@ def _operand_image_env(operand: str):
     return make
 
 
-PINNED, PRIVILEGED, SHARING, UPGRADE, QUOTA, WORKLOADS = (
+PINNED, PRIVILEGED, SHARING, UPGRADE, QUOTA, WORKLOADS, TOKENS = (
     "policy/images-pinned", "policy/privileged-only-where-needed", "policy/sharing-sane", "policy/upgrade-safety",
-    "policy/gpu-quota", "policy/one-workload-type-per-node")
+    "policy/gpu-quota", "policy/one-workload-type-per-node", "policy/gpu-node-token-reach")
 
 # Three batches per stack: an operand's full image reference would take the place of the repository edited in the
 # first; one container's GPU request is one quota finding, whether pluginWorkload, its limits or its requests make
@@ -185,6 +185,9 @@ BATCHES: tuple[tuple[Edit, ...], ...] = (
              _set(("gpu-stack:upgrade", "maxUnavailable"), "50%", lambda cfg: cfg.driver_pools and cfg.components.node_labeler)),
         Edit("gpu-stack:upgrade.gpuPodEviction", UPGRADE, _no_eviction),
         Edit("gpu-stack:upgrade.waves", UPGRADE, _no_waves),
+        # 1.29 does not stamp the node claim in tokens: no node-bound policy, every GPU-node write unconfined
+        Edit("gpu-stack:cluster.kubernetesVersions", TOKENS,
+             _set(("gpu-stack:cluster", "kubernetesVersions"), ["1.29", "1.33"], lambda cfg: not cfg.dra_pools)),
         Edit("gpu-stack:validator.pluginWorkload", QUOTA,
              _set(("gpu-stack:validator", "pluginWorkload"), True, lambda cfg: cfg.components.device_plugin)),
         Edit("gpu-stack:nodePools[].nodeSelector", WORKLOADS, _shared_selector),

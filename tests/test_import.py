@@ -287,7 +287,8 @@ def test_precompiled_gets_a_driver_per_kernel_and_the_upgrade_policy_as_a_rollin
     assert container(driver, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580-5.15.0-139-generic-ubuntu22.04"
     assert "nvidia-driver-daemonset-6.8.0-79-generic-ubuntu24.04" in ds
     manager = env_of(container(driver, "k8s-driver-manager"))
-    assert manager["ENABLE_AUTO_DRAIN"] == "true" and manager["DRAIN_TIMEOUT_SECONDS"] == "900s"
+    # The drain is the node agents' (the coordinator evicting); the driver manager's own stays off with `rolling`.
+    assert cfg.upgrade.drain.enabled and manager["ENABLE_AUTO_DRAIN"] == "false" and manager["DRAIN_TIMEOUT_SECONDS"] == "900s"
     assert manager["DRAIN_POD_SELECTOR_LABEL"] == "gpu-stack.io/drain!=never"
     assert paths(result) == {
         "spec.driver.upgradePolicy.maxUnavailable",

@@ -38,6 +38,8 @@ EXPECTED = {
     ("CustomResourceDefinition", "nodefeaturegroups.nfd.k8s-sigs.io"),
     ("CustomResourceDefinition", "nodefeaturerules.nfd.k8s-sigs.io"),
     ("ServiceAccount", "node-feature-discovery"),
+    ("ServiceAccount", "node-feature-discovery-worker"),
+    ("ServiceAccount", "node-feature-discovery-gc"),
     ("ClusterRole", "node-feature-discovery"),
     ("ClusterRoleBinding", "node-feature-discovery"),
     ("ClusterRole", "node-feature-discovery-gc"),
@@ -95,15 +97,19 @@ def test_deploy_mode_renders_the_charts_objects_under_the_charts_names(rendered)
             assert obj["metadata"].get("namespace") in (NAMESPACE, None)
 
 
-def test_one_service_account_holds_the_three_sets_of_rights(rendered):
-    for kind, name in (("ClusterRoleBinding", "node-feature-discovery"), ("ClusterRoleBinding", "node-feature-discovery-gc"),
-                       ("RoleBinding", "node-feature-discovery-worker")):
+def test_master_worker_and_gc_each_hold_their_own_rights_under_their_own_service_account(rendered):
+    # The chart's default names; the operator's values gave all three the master's, cluster-wide node writes and all.
+    accounts = {"master": "node-feature-discovery", "worker": "node-feature-discovery-worker", "gc": "node-feature-discovery-gc"}
+    for kind, name, role in (("ClusterRoleBinding", "node-feature-discovery", "master"),
+                             ("ClusterRoleBinding", "node-feature-discovery-gc", "gc"),
+                             ("RoleBinding", "node-feature-discovery-worker", "worker")):
         binding = rendered[(kind, name)]
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind[: -len("Binding")], "name": name}
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "node-feature-discovery", "namespace": NAMESPACE}]
-    for workload in (("Deployment", "node-feature-discovery-master"), ("DaemonSet", "node-feature-discovery-worker"),
-                     ("Deployment", "node-feature-discovery-gc")):
-        assert pod(rendered[workload])["serviceAccountName"] == "node-feature-discovery"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": accounts[role], "namespace": NAMESPACE}]
+    for kind, name, role in (("Deployment", "node-feature-discovery-master", "master"),
+                             ("DaemonSet", "node-feature-discovery-worker", "worker"),
+                             ("Deployment", "node-feature-discovery-gc", "gc")):
+        assert pod(rendered[(kind, name)])["serviceAccountName"] == accounts[role]
     gc_rules = rendered[("ClusterRole", "node-feature-discovery-gc")]["rules"]
     assert {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["delete", "list"]} in gc_rules
     master_rules = rendered[("ClusterRole", "node-feature-discovery")]["rules"]
@@ -340,12 +346,16 @@ def test_the_worker_gets_only_the_charts_host_access():
     assert any("mounts host path /etc," in m for m in found) and any("'worker' is privileged" in m for m in found)
 
 
-def test_only_nfds_own_roles_may_hold_its_shared_service_account():
+@pytest.mark.parametrize("binding, role", [("node-feature-discovery-gc", "nvidia-gpu-feature-discovery"),
+                                           ("node-feature-discovery-gc", "node-feature-discovery")])
+def test_an_nfd_service_account_bound_to_another_role_is_reported(binding, role):
+    """The master's cluster-wide node writes on the gc's (or any other) account: what the operator's shared account
+    gave every worker."""
     def borrow(broken: Recording) -> None:
-        registration(broken, "ClusterRoleBinding", "node-feature-discovery-gc").inputs["roleRef"]["name"] = "nvidia-gpu-feature-discovery"
+        registration(broken, "ClusterRoleBinding", binding).inputs["roleRef"]["name"] = role
 
     found = messages(edited(render_stack("prod-managed"), borrow), "rbac-least-privilege")
-    assert any("binds ServiceAccount 'node-feature-discovery' to ClusterRole 'nvidia-gpu-feature-discovery'" in m for m in found)
+    assert any(f"binds ServiceAccount '{binding}' to ClusterRole '{role}'" in m for m in found)
 
 
 # --- the way off the Helm release ---------------------------------------------------------------------------------

@@ -181,12 +181,19 @@ def test_several_pools_without_a_canary_wave_are_reported():
     assert "fix: set gpu-stack:upgrade.waves" in message
 
 
-def test_a_driver_manager_that_neither_evicts_nor_drains_is_reported():
+def test_a_manual_upgrades_driver_manager_that_neither_evicts_nor_drains_is_reported():
     config = stack_config("prod-managed")
-    config["gpu-stack:upgrade"]["gpuPodEviction"] = False
-    found = messages(render(config), "upgrade-safety")
-    assert len(found) == 2  # both waves' DaemonSets
+    config["gpu-stack:upgrade"].update(gpuPodEviction=False, strategy="manual")
+    for key in ("waves", "waitForCompletion"):  # both need `rolling`
+        config["gpu-stack:upgrade"].pop(key, None)
+    found = [m for m in messages(render(config), "upgrade-safety") if "k8s-driver-manager" in m]
+    assert len(found) == 2  # both pools' DaemonSets
     assert all("neither evicts GPU pods nor drains" in m and "fix: gpu-stack:upgrade.gpuPodEviction: true" in m for m in found)
+
+
+def test_with_rolling_upgrades_the_driver_manager_evicts_nothing_and_that_is_no_finding():
+    rendered = render(stack_config("prod-managed"))
+    assert not any("k8s-driver-manager" in m for m in messages(rendered, "upgrade-safety"))
 
 
 @pytest.mark.parametrize("budget,config,problem", [

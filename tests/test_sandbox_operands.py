@@ -218,14 +218,14 @@ def test_vfio_manager_container(daemonsets):
     }
 
 
-def test_vfio_manager_rbac_pauses_labels_and_may_evict_but_never_drains(recording):
+def test_vfio_manager_rbac_pauses_labels_and_neither_evicts_nor_drains(recording):
     role, cluster_role = rbac(recording, "nvidia-vfio-manager")
     assert role == {SCC}
+    # The asset's, but no `pods/eviction`: its manager's eviction and auto-drain are off, and the token is on GPU nodes.
     assert cluster_role == {
         (("config.openshift.io",), ("clusterversions",), ("get", "list"), ()),
         (("",), ("nodes",), ("get", "list", "patch", "watch"), ()),
         (("",), ("pods",), ("get", "list", "watch"), ()),
-        (("",), ("pods/eviction",), ("create",), ()),
     }
 
 

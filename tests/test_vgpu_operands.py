@@ -79,7 +79,7 @@ cfg = load_config(program_config())
 ops = operands(cfg)
 opts = pulumi.ResourceOptions(providers=[kubernetes_provider(cfg)])
 planned = plan_vgpu_managers(ops, image={image!r}, upgrade=cfg.upgrade)
-manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, planned=planned, opts=opts)
+manager = VgpuManager("state-vgpu-manager", ops=ops, image={image!r}, upgrade=cfg.upgrade, planned=planned, opts=opts)
 VgpuDeviceManager("state-vgpu-device-manager", ops=ops, default_config={default!r}, depends_on=[manager], opts=opts)
 """
 
@@ -176,6 +176,8 @@ def test_vgpu_manager_init_takes_the_stacks_upgrade_policy_as_the_driver_does(da
         "DRIVER_CONFIG_DIGEST",
     ]
     upgrade = load_config(bag(config())).upgrade
+    # The policy's env, as before, so that no vGPU manager (and no VM) restarts for this: its token cannot evict
+    # (test_vgpu_manager_rbac_is_the_drivers), and the agents' upgrades supersede it with the node annotation.
     assert env_of(manager)["ENABLE_GPU_POD_EVICTION"] == ("true" if upgrade.gpu_pod_eviction else "false")
     assert env_of(manager)["DRAIN_TIMEOUT_SECONDS"] == f"{upgrade.drain.timeout_seconds}s"
     assert [m[:2] for m in mounts(manager)] == [
@@ -246,8 +248,8 @@ def test_vgpu_manager_rbac_is_the_drivers(recording):
         (("config.openshift.io",), ("clusterversions",), ("get", "list"), ()),
         (("",), ("nodes",), ("get", "list", "patch", "update", "watch"), ()),
         (("",), ("pods",), ("get", "list", "watch"), ()),
-        (("",), ("pods/eviction",), ("create",), ()),
-        # k8s-driver-manager finds GPU pods allocated through DRA before it evicts them
+        # no `pods/eviction` with rolling upgrades (components/states/driver/state.py manager_evicts).
+        # k8s-driver-manager finds GPU pods allocated through DRA before it unloads the driver
         (("resource.k8s.io",), ("resourceclaims",), ("get", "list"), ()),
         (("apps",), ("daemonsets",), ("get",), ()),
     }

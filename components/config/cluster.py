@@ -291,9 +291,11 @@ class Nfd(_Model):
 
 # The node-pools document this program writes is version 4 (components/states/node_labeler.py), and the program runs
 # the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots,
-# also for the VM pools' vGPU and VFIO managers: 0.9.0 is the first agent image that rolls those. With an older
-# one the managers never roll (0.8.0), the coordinator cannot start, or agents refuse the document (before 0.7.0),
-# so a stack would apply and then never upgrade: refused here, where the tag says so (a digest cannot be judged and
+# also for the VM pools' vGPU and VFIO managers, and carries out the drains the agents ask for: the agents' token no
+# longer evicts (it runs where tenants' code runs). 0.9.0 is the first agent image that does both. With 0.8.0 the
+# managers never roll, the agents' evictions are refused and its coordinator drains nothing, so a drain would never
+# end; older images have no coordinator at all, or refuse the document (before 0.7.0). A stack would apply and then
+# never upgrade: refused here, where the tag says so (a digest cannot be judged and
 # is taken on trust).
 MIN_NODE_AGENT_VERSION = (0, 9, 0)
 _SEMVER_TAG = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:[-+].*)?")
@@ -316,10 +318,10 @@ def _agent_version(value: Optional[str]) -> Optional[str]:
     if found and found[0] < MIN_NODE_AGENT_VERSION:
         minimum = ".".join(map(str, MIN_NODE_AGENT_VERSION))
         raise ValueError(
-            f"node agent {found[1]} has no upgrade coordinator (`coordinate`), which this program runs to grant the "
-            f"fleet's disruption budget; use {minimum} or later, which reads node-pools config version 4 (a driver "
-            "DaemonSet per node image) and performs driver upgrades within the fleet budget, granted in the order "
-            "nodes need them (node_images/node-agent)"
+            f"node agent {found[1]} cannot drain a node under this program: its agents evict themselves, which the "
+            f"agents' RBAC no longer allows, and older ones have no upgrade coordinator; use {minimum} or later, whose "
+            "upgrade coordinator grants the fleet's disruption budget in the order nodes need it and carries out the "
+            "drains the agents ask for on their own Node (node_images/node-agent)"
         )
     return value
 

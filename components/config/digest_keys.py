@@ -1,4 +1,4 @@
-"""Which config keys the stack digest (components/stack.py stack_digest, the validation gate's annotation) takes.
+"""Which config keys the stack digest (components/kit/stack_digest.py, the validation gate's annotation) takes.
 
 The digest takes the whole config, except a key added to the model after stacks were deployed while it holds its
 default: upgrading gpu-stack must not move the digest (and re-run the gates) of a stack that does not use the new

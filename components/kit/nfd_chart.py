@@ -47,8 +47,11 @@ MASTER_CONF = f"{MASTER}-conf"
 WORKER_CONF = f"{WORKER}-conf"
 MASTER_CONF_KEY = "nfd-master.conf"
 WORKER_CONF_KEY = "nfd-worker.conf"
-# The operator's values give master, worker and gc this one ServiceAccount, created with the master.
-SERVICE_ACCOUNT = RELEASE
+# Each of master, worker and gc runs as its own ServiceAccount, as the chart's defaults name them
+# (NFD:templates/_helpers.tpl `*.serviceAccountName`: the fullname, `-worker`, `-gc`). The operator's values give all
+# three the master's, so that every node's worker token carried the master's cluster-wide node writes; gpu-stack
+# keeps the chart's split: the worker, on every node, only writes NodeFeature objects in its namespace.
+SERVICE_ACCOUNTS = {"master": RELEASE, "worker": WORKER, "gc": GC}
 
 # --- labels -----------------------------------------------------------------------------------------------------
 
@@ -198,12 +201,12 @@ class Pods:
     pull_secrets: tuple[str, ...]
 
 
-def pod_spec(pods: Pods, container: ContainerArgs, **fields: Any) -> PodSpecArgs:
+def pod_spec(pods: Pods, role: str, container: ContainerArgs, **fields: Any) -> PodSpecArgs:
     return PodSpecArgs(
         dns_policy=DNS_POLICY,
         priority_class_name=pods.daemonsets.priority_class_name or None,
         image_pull_secrets=[LocalObjectReferenceArgs(name=s) for s in pods.pull_secrets] or None,
-        service_account_name=SERVICE_ACCOUNT,
+        service_account_name=SERVICE_ACCOUNTS[role],
         security_context=PodSecurityContextArgs(),
         host_network=False,
         containers=[container],

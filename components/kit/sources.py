@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import pulumi
 from pulumi import _types as pulumi_types
@@ -30,6 +30,9 @@ Source = tuple[str, bool]
 # Not a field: what decides an object's place in the apply order (its upgrade wave). The policy pack reports a
 # violation about the order at this name (policies/gpu_stack_policies/fields.py DEPENDENCIES, a test holds them equal).
 DEPENDENCIES = "@dependencies"
+# Not a field either: whether a pod's token is kept to its node by admission, which the declared Kubernetes versions
+# decide (components/states/node_write_policy.py; policies/gpu_stack_policies/fields.py NODE_BOUND, held equal too).
+NODE_BOUND = "@node-bound"
 
 
 def escape(part: Any) -> str:
@@ -163,6 +166,24 @@ def _walk(value: Any, pointer: str, into: dict[str, Source]) -> None:
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _walk(item, f"{pointer}/{index}", into)
+
+
+def noting_on(kind: str, name: str, model: BaseModel, field_name: str) -> Callable[[pulumi.ResourceTransformationArgs], None]:
+    """A transformation that notes `name` on every object of `kind` as decided by this field; after `record`."""
+    source = _source(model, field_name)
+
+    def note(args: pulumi.ResourceTransformationArgs) -> None:
+        if _current is None or source is None or args.type_.rsplit(":", 1)[-1] != kind or not isinstance(args.props, Mapping):
+            return None
+        metadata = args.props.get("metadata")
+        if pulumi_types.is_input_type(type(metadata)):
+            metadata = pulumi_types.input_type_to_dict(metadata)
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        ident = object_id(kind, metadata.get("namespace"), metadata.get("name") or args.name)
+        _current.fields.setdefault(ident, {})[name] = source
+        return None
+
+    return note
 
 
 def record(args: pulumi.ResourceTransformationArgs) -> None:

@@ -114,6 +114,9 @@ class Dcgm(pulumi.ComponentResource):
                 deploy_component="dcgm",
                 service_account=NAME,
                 runtime_class=True,
+                # The host engine never calls the API server (its account holds only an SCC's `use`): no token to
+                # steal on the node.
+                automount_token=False,
                 init_containers=[wait_for_validation(ops.images.validator, "toolkit-ready", volume="run-nvidia")],
                 containers=[_engine(ops.images.dcgm, dra=False)],
                 volumes=[RUN_NVIDIA_VOLUME],

@@ -145,6 +145,9 @@ class DraDriver(pulumi.ComponentResource):
         plugin_labels = {NAME_LABEL: APP_NAME, COMPONENT_LABEL: DAEMONSET}
 
         self.crds = []
+        # The compute-domain daemons, which the controller starts on the domain's GPU nodes, run as this account: the
+        # node-bound admission policies name it beside the stack's DaemonSets (components/states/node_write_policy.py).
+        self.node_accounts = [CD_DAEMON_SA] if compute_domains else []
         cd_rbac = self._compute_domain_kinds(ops, child) if compute_domains else []
 
         plugin_rbac = rbac_set(

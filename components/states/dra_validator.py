@@ -64,7 +64,7 @@ from components.kit.builders import (
 )
 from components.kit.dra_api import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP, resource_api_version
 from components.kit.dra_plugin import pool_affinity
-from components.kit.rbac import SCC_USE, rbac_set
+from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "nvidia-dra-validator"
 CLAIM_TEMPLATE = "nvidia-dra-validator-gpu"
@@ -158,7 +158,10 @@ class DraValidator(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:DraValidator", name, None, opts)
         child = child_opts(self, depends_on)
         selector = {NAME_LABEL: NAME}
-        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], labels=selector, opts=child)
+        # The node checks' driver validation lists the namespace's driver DaemonSets (GO:cmd/nvidia-validator
+        # `isDriverManagedByOperator`) to tell a containerized driver from a host one, as the toolkit's does.
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift,
+                        role_rules=[SCC_USE, rule(["apps"], ["daemonsets"], ["list"])], labels=selector, opts=child)
         self.claim_template = k8s.resource.v1.ResourceClaimTemplate(
             CLAIM_TEMPLATE,
             metadata=meta(CLAIM_TEMPLATE, ops.namespace, selector),

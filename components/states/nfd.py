@@ -11,15 +11,21 @@ named `node-feature-discovery` (the chart's `fullname`) with GO:deployments/gpu-
 
 * master: Deployment `node-feature-discovery-master` (1 replica, `-port=8080`, probes on /healthz, prefers and
   tolerates control-plane nodes), ConfigMap `node-feature-discovery-master-conf` (`extraLabelNs: [nvidia.com]`),
-  and the one ServiceAccount `node-feature-discovery` that the operator's values give master, worker and gc
-  alike, with ClusterRole/ClusterRoleBinding `node-feature-discovery`.
+  ServiceAccount `node-feature-discovery` with ClusterRole/ClusterRoleBinding `node-feature-discovery`.
 * worker: DaemonSet `node-feature-discovery-worker` (`-owner-refs=pod,ds`, read-only host paths /boot,
   /etc/os-release, /sys, /usr/lib, /lib, /proc/swaps and the features.d hook directory, control-plane and GPU
   tolerations, `maxUnavailable: 10%`), ConfigMap `node-feature-discovery-worker-conf` (PCI classes 02, 0200, 0207,
-  0300, 0302 labelled by vendor), Role/RoleBinding `node-feature-discovery-worker`. No worker ClusterRole: the
-  chart renders one only for `node` owner references.
-* gc: Deployment `node-feature-discovery-gc` (`-gc-interval=1h`), ClusterRole/ClusterRoleBinding
+  0300, 0302 labelled by vendor), ServiceAccount and Role/RoleBinding `node-feature-discovery-worker`. No worker
+  ClusterRole: the chart renders one only for `node` owner references.
+* gc: Deployment `node-feature-discovery-gc` (`-gc-interval=1h`), ServiceAccount and ClusterRole/ClusterRoleBinding
   `node-feature-discovery-gc`.
+* One difference from the operator's values: they give master, worker and gc one ServiceAccount,
+  `node-feature-discovery`, so every worker (on every node, GPU nodes with tenants' code included) carried the
+  master's cluster-wide `nodes` and `nodes/status` writes. gpu-stack gives each its own, as the chart does by
+  default. On a live stack the first `pulumi up` creates the two new ServiceAccounts, moves the worker RoleBinding's
+  and the gc ClusterRoleBinding's subject to them (updates in place: a binding is replaced only when its roleRef
+  changes), and rolls the worker DaemonSet and the gc Deployment onto them; nothing is replaced. Old workers get 403
+  on their NodeFeature writes until their pod is replaced; the NFD labels they published stay meanwhile.
 * The CRDs nodefeatures, nodefeaturegroups and nodefeaturerules (nfd.k8s-sigs.io), from the chart's crds/ folder
   (components/catalogs/nfd_crds.yaml), protected like every CRD (`kept`).
 
@@ -125,7 +131,7 @@ from components.kit.nfd_chart import (
     RELEASE,
     RESTRICTED,
     ROLE_LABEL,
-    SERVICE_ACCOUNT,
+    SERVICE_ACCOUNTS,
     WORKER,
     WORKER_CONF,
     WORKER_CONF_KEY,
@@ -252,18 +258,22 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
             self.crds[doc["metadata"]["name"]] = self._crd(doc, opts)
         crds = list(self.crds.values())
 
-        # one ServiceAccount, three sets of rights bound to it (NFD:templates/serviceaccount.yaml, *role*.yaml)
-        account = k8s.core.v1.ServiceAccount(SERVICE_ACCOUNT, metadata=chart_meta(SERVICE_ACCOUNT, namespace), opts=opts)
-        subjects = [SubjectArgs(kind="ServiceAccount", name=SERVICE_ACCOUNT, namespace=namespace)]
-        master_binding = self._cluster_rbac(RELEASE, MASTER_RULES, subjects, also_after(opts, account))
-        gc_binding = self._cluster_rbac(GC, GC_RULES, subjects, also_after(opts, account))
+        # a ServiceAccount per role, each bound to its own rights (NFD:templates/serviceaccount.yaml, *role*.yaml). The
+        # master's keeps the name the operator's values gave all three, so a live stack keeps it as it is; the worker
+        # and gc ones are new, and their pods roll onto them (the rights move with the bindings' subjects, in place).
+        accounts = {role: k8s.core.v1.ServiceAccount(name, metadata=chart_meta(name, namespace), opts=opts)
+                    for role, name in SERVICE_ACCOUNTS.items()}
+        subjects = {role: [SubjectArgs(kind="ServiceAccount", name=name, namespace=namespace)]
+                    for role, name in SERVICE_ACCOUNTS.items()}
+        master_binding = self._cluster_rbac(RELEASE, MASTER_RULES, subjects["master"], also_after(opts, accounts["master"]))
+        gc_binding = self._cluster_rbac(GC, GC_RULES, subjects["gc"], also_after(opts, accounts["gc"]))
         worker_role = k8s.rbac.v1.Role(WORKER, metadata=chart_meta(WORKER, namespace), rules=list(WORKER_RULES), opts=opts)
         worker_binding = k8s.rbac.v1.RoleBinding(
             WORKER,
             metadata=chart_meta(WORKER, namespace),
             role_ref=RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=WORKER),
-            subjects=subjects,
-            opts=also_after(opts, account, worker_role),
+            subjects=subjects["worker"],
+            opts=also_after(opts, accounts["worker"], worker_role),
         )
 
         master_conf = self._config_map(MASTER_CONF, namespace, MASTER_CONF_KEY, MASTER_CONFIG, opts)
@@ -350,6 +360,7 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         )
         spec = pod_spec(
             pods,
+            "master",
             container,
             enable_service_links=False,
             affinity=AffinityArgs(node_affinity=NodeAffinityArgs(preferred_during_scheduling_ignored_during_execution=[prefer_control_plane])),
@@ -389,6 +400,7 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         ]
         spec = pod_spec(
             pods,
+            "worker",
             container,
             tolerations=[CONTROL_PLANE_TOLERATION, *gpu_tolerations],
             volumes=[
@@ -427,6 +439,6 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         return k8s.apps.v1.Deployment(
             GC,
             metadata=chart_meta(GC, namespace, {ROLE_LABEL: "gc"}),
-            spec=DeploymentSpecArgs(replicas=1, selector=role_selector("gc"), template=pod_template("gc", pod_spec(pods, container))),
+            spec=DeploymentSpecArgs(replicas=1, selector=role_selector("gc"), template=pod_template("gc", pod_spec(pods, "gc", container))),
             opts=opts,
         )

@@ -182,28 +182,31 @@ def agent_config(
     }
 
 
-# Nodes: its own labels, and cordoning it through a driver upgrade. Pods: the GPU work on its node (cluster-wide,
-# by field selector, watched while the node waits for it to end), which a change must not pull the operands from
-# under, and eviction of it when the upgrade evicts or drains.
+# The agent runs where tenants' code runs, so its token holds only what its own node needs (the node-bound admission
+# policy, components/states/node_write_policy.py, keeps its writes on its own Node and its own node's pods). Nodes: its
+# own Node (watched by a metadata.name field selector, which RBAC cannot name per node), its labels, the cordon and
+# the handshake with the coordinator, drain requests included. Pods: the GPU work on its node (cluster-wide, by
+# field selector, watched while the node waits for it to end), which a change must not pull the operands from
+# under. No `pods/eviction` (node agent 0.9.0): the coordinator evicts for it, pods of its node alone. Agents of
+# 0.8.0 still running while the DaemonSet rolls are refused (403) if they were draining: they exit, are replaced
+# first (the DaemonSet controller replaces an unavailable pod ahead of the others), and the new agent resumes the
+# slot and asks the coordinator.
 CLUSTER_RULES = (
     rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
     rule([""], ["pods"], ["list", "watch"]),
-    rule([""], ["pods/eviction"], ["create"]),
 )
 # In the operands' namespace. The budget ConfigMap, which the coordinator creates at run time (Pulumi never declares
 # it, or a `pulumi up` would reset the slots in use): an agent reads its slot and gives it back or marks it failed
-# (patch); agents of 0.7.0, which took slots themselves, still run while the agent DaemonSet rolls to 0.8.0 and
-# create and update it. Driver pods: deleting a node's outdated one is the upgrade (and a handover). DaemonSets and
-# ControllerRevisions: whether the driver DaemonSet in the cluster already carries the template the document names,
-# and which pods are of it. Leases: the removal budget of agents before 0.6.0, which still run while the agent
-# DaemonSet itself rolls.
+# (patch), as agents of 0.8.0 did. Driver pods: deleting the node's outdated one is the upgrade (and a handover).
+# DaemonSets and ControllerRevisions: whether the driver DaemonSet in the cluster already carries the template the
+# document names, and which pods are of it. The grants of agents before 0.8.0 (configmaps create and update, the
+# Leases of agents before 0.6.0) are gone: this program needs 0.9.0 (components/config/cluster.py), and the release
+# before it, 0.8.0, already did not run them.
 ROLE_RULES = (
-    rule([""], ["pods"], ["get", "list", "delete"]),
-    rule([""], ["configmaps"], ["create"]),
-    rule([""], ["configmaps"], ["get", "update", "patch"], [BUDGET_CONFIGMAP]),
+    rule([""], ["pods"], ["delete"]),
+    rule([""], ["configmaps"], ["get", "patch"], [BUDGET_CONFIGMAP]),
     rule(["apps"], ["daemonsets"], ["get"]),
     rule(["apps"], ["controllerrevisions"], ["list"]),
-    rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "delete"]),
 )
 
 # Any of NFD's NVIDIA PCI labels puts the agent on a node; terms of a node selector are ORed.

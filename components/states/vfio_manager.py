@@ -59,12 +59,14 @@ DRIVER_MANAGER_ENV = (
     ("ENABLE_AUTO_DRAIN", "false"),
 )
 
+# The asset's, but `pods/eviction`: with eviction and auto-drain off the manager never evicts (DM:cmd/driver-manager
+# evicts only through DeleteOrEvictPods and DrainNode, both behind those switches), and a token on a GPU node must
+# not evict pods of other nodes.
 CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
     # pausing and restoring the node's deploy labels
     rule([""], ["nodes"], ["get", "list", "patch", "watch"]),
     rule([""], ["pods"], ["get", "list", "watch"]),
-    rule([""], ["pods/eviction"], ["create"]),
 )
 
 VOLUMES = (

@@ -10,7 +10,7 @@ limit ranges, the RBAC of whoever applies the stack, objects that already exist 
 another tool created), feature gates that are off, and whether an image can actually be pulled.
 """
 
-from gpustack.apiserver import cluster, containers, core, meta, pod, rbac, references, volumes, workloads  # noqa: F401  (registers rules)
+from gpustack.apiserver import admission, cluster, containers, core, meta, pod, rbac, references, volumes, workloads  # noqa: F401  (registers rules)
 from gpustack.apiserver.engine import RULES, ApiProblem, Rule, validate, validate_all
 
 __all__ = ["RULES", "ApiProblem", "Rule", "validate", "validate_all"]

@@ -19,6 +19,8 @@ from pulumi_policy import ReportViolation
 
 # Not a property: the resource's dependencies, its place in the apply order (what a state or an upgrade wave decides).
 DEPENDENCIES = "@dependencies"
+# Not a property either: whether a pod's token is kept to its node by admission (the declared Kubernetes versions).
+NODE_BOUND = "@node-bound"
 
 # (message, field) of each violation, in the order reported
 Listener = Callable[[str, str], None]

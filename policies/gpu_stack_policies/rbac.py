@@ -6,9 +6,9 @@
 * Bindings never reference `cluster-admin`, bind only ServiceAccounts, and bind each one only to its own role:
   gpu-stack names a component's ServiceAccount, Role, ClusterRole and both bindings alike (components/kit/rbac.py
   `rbac_set`, as NVIDIA's assets do), so a binding whose role is named differently from its ServiceAccount
-  grants one component another's rights. A RoleBinding's ServiceAccount lives in the binding's namespace. The one
-  exception is Node Feature Discovery's: the GPU Operator's values give NFD's master, worker and gc one
-  ServiceAccount, `node-feature-discovery`, which the chart binds to its three roles (`SHARED_SERVICE_ACCOUNTS`).
+  grants one component another's rights. A RoleBinding's ServiceAccount lives in the binding's namespace. Node
+  Feature Discovery's master, worker and gc too have one ServiceAccount each (the GPU Operator's values shared the
+  master's among all three, so every node's worker carried the master's cluster-wide node writes).
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ NAME = "rbac-least-privilege"
 ESCALATING_VERBS = ("escalate", "bind", "impersonate")
 CLUSTER_ADMIN = "cluster-admin"
 RULE_FIELDS = ("verbs", "resources", "apiGroups", "nonResourceURLs", "resourceNames")
-# ServiceAccount -> the roles besides its own it is bound to by design (components/states/nfd.py: NFD chart 0.19.0
-# with the operator's `node-feature-discovery` values, one ServiceAccount for master, worker and gc).
-SHARED_SERVICE_ACCOUNTS = {"node-feature-discovery": ("node-feature-discovery-gc", "node-feature-discovery-worker")}
 
 
 def _check_role(kind: str, props: Mapping, name: str, report: ReportViolation) -> None:
@@ -69,7 +66,7 @@ def _check_binding(kind: str, props: Mapping, name: str, report: ReportViolation
                 "fix: bind the component's ServiceAccount"
             )
             continue
-        if subject_name != role and role not in SHARED_SERVICE_ACCOUNTS.get(subject_name, ()):
+        if subject_name != role:
             report_at(
                 report, f"{at}/name",
                 f"{what} binds ServiceAccount {subject_name!r} to {role_ref.get('kind')} {role!r}, another "

@@ -3,8 +3,10 @@ nodes at once, or reach every pool before a canary validated it.
 
 Checked on the rendered driver DaemonSets (a stack policy, because the canary rule spans all of them):
 
-* k8s-driver-manager evicts GPU pods (`ENABLE_GPU_POD_EVICTION=true`) or drains (`ENABLE_AUTO_DRAIN=true`);
-  with neither, a driver swap unloads modules in use and fails, or worse, runs under them.
+* With `manual` upgrades, k8s-driver-manager evicts GPU pods (`ENABLE_GPU_POD_EVICTION=true`) or drains
+  (`ENABLE_AUTO_DRAIN=true`); with neither, a driver swap unloads modules in use and fails, or worse, runs under
+  them. With `rolling` (`driverUpgrade` of the node-pools document) the node agents empty a node before its driver
+  pod goes, and the manager's own eviction is off on purpose: its token, on every GPU node, must not evict.
 * Driver DaemonSets are OnDelete: the node agents replace driver pods within the fleet's one disruption budget,
   which a DaemonSet rolling by itself (RollingUpdate) would go around.
 * That budget, `removal.maxUnavailable` of the node-pools document the agents read, stays within
@@ -77,16 +79,29 @@ def _fleet_budget(resources: list) -> tuple[Any, Any]:
     return None, None
 
 
+def _driver_upgrade(resources: list) -> Any:
+    """`removal.driverUpgrade` of the document the node agents read; None without one."""
+    document, _ = _fleet_budget(resources)
+    if document is None:
+        return None
+    raw = objects.config_map_data(document.props).get(objects.NODE_POOLS_KEY)
+    try:
+        return objects.mapping(objects.mapping(json.loads(str(raw))).get("removal")).get("driverUpgrade")
+    except ValueError:
+        return None
+
+
 def validate(args: StackValidationArgs, report: ReportViolation) -> None:
     resources = list(args.resources)
     config: Mapping[str, Any] = args.get_config()
     max_percent = int(config.get("maxUnavailablePercent", DEFAULT_MAX_PERCENT))
     max_count = int(config.get("maxUnavailableCount", DEFAULT_MAX_COUNT))
     sets = drivers.driver_sets(resources)
+    rolling = _driver_upgrade(resources) == "rolling"
     for driver in sets:
         env = driver.manager.env if driver.manager else {}
         manager = f"{driver.at}{driver.manager.at}" if driver.manager else f"{driver.at}/initContainers"
-        if env.get("ENABLE_GPU_POD_EVICTION") != "true" and env.get("ENABLE_AUTO_DRAIN") != "true":
+        if not rolling and env.get("ENABLE_GPU_POD_EVICTION") != "true" and env.get("ENABLE_AUTO_DRAIN") != "true":
             eviction = driver.manager.env_at("ENABLE_GPU_POD_EVICTION") if driver.manager else ""
             report_at(
                 report, f"{driver.at}{eviction}" if eviction else manager,

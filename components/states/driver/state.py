@@ -18,19 +18,21 @@ controller never replaces a driver pod by itself. With `rolling` the node agent 
 node_images/node-agent) performs the upgrade: it replaces its own node's outdated driver pod only while it holds a
 slot of the fleet's one disruption budget (`upgrade.maxUnavailable`, capped by `maxParallelUpgrades`, shared by
 every pool, driver DaemonSet and wave through the `gpu-stack-upgrade-budget` ConfigMap the agents create at run
-time), cordoning the node until the new driver is Ready. With `manual` nothing changes on a node until someone
-deletes its driver pod. Each new driver pod's k8s-driver-manager evicts GPU pods (and drains, if enabled) before it
-swaps the driver, after the node agent's `wait-for-completion` init container let the node's jobs finish when
-`upgrade.waitForCompletion` is set. The driver container is Ready only once the node's validator wrote all its files
+time), cordoning the node until the new driver is Ready, and has its GPU work evicted first (by the upgrade
+coordinator, the one token of the stack that evicts); k8s-driver-manager's own eviction and drain are off, and the
+driver's ServiceAccount, on every GPU node, holds no `pods/eviction` (`manager_evicts`). With `manual` nothing
+changes on a node until someone deletes its driver pod, and then its k8s-driver-manager evicts GPU pods (and drains,
+if enabled) before it swaps the driver, after the node agent's `wait-for-completion` init container let the node's
+jobs finish when `upgrade.waitForCompletion` is set. The driver container is Ready only once the node's validator wrote all its files
 (a readinessProbe, which the operator lets `driver.readinessProbe` configure): the agent frees the node's slot when
 it can run GPU work again, not when its modules are merely loaded, so the budget bounds the nodes out of service,
 validation included.
 
 The agent tells an outdated pod by the DaemonSet's `gpu-stack/template-digest` annotation, which the node-pools
 document also names (components/kit/digest.py): a digest of the pod template as rendered, on the DaemonSet's
-metadata, never on the template, so adding it restarts no driver pod. No node carries
-`nvidia.com/gpu-driver-upgrade-enabled=true` (there is no upgrade controller), so the driver manager does the
-eviction itself, as the operator's `autoUpgrade: false` path does (fact sheet §5.3).
+metadata, never on the template, so adding it restarts no driver pod. The agent sets
+`nvidia.com/gpu-driver-upgrade-enabled=true` on the node it cordons for an upgrade, which makes a manager that
+would evict leave it to the upgrade, as the operator's upgrade controller does (fact sheet §5.3).
 """
 
 from __future__ import annotations
@@ -132,13 +134,25 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
-    """k8s-driver-manager's env, in the asset's order, from the stack's upgrade policy (fact sheet §5.3)."""
+def manager_evicts(upgrade: Upgrade) -> bool:
+    """Whether k8s-driver-manager evicts and drains by itself: only with `manual`. With `rolling` the node agent has
+    emptied the node (the coordinator evicting, gpu_stack_agent/drains.py) before it deletes a driver pod, so the
+    manager's own eviction is off and the driver's token, on every GPU node, holds no `pods/eviction`. A driver pod
+    someone deletes by hand then makes the manager wait, not evict: the new pod reuses a loaded driver of the same
+    install at once (DRIVER_CONFIG_DIGEST), and a new install cannot unload the old modules while GPU work holds
+    them, so the init container fails and retries until the work ended (or the node is drained: `kubectl drain`)."""
+    return upgrade.strategy == "manual"
+
+
+def driver_manager_env(upgrade: Upgrade, own: Optional[bool] = None) -> tuple[tuple[str, str], ...]:
+    """k8s-driver-manager's env, in the asset's order, from the stack's upgrade policy (fact sheet §5.3); `own`:
+    whether its own eviction and drain follow the policy (default: `manager_evicts`)."""
     drain = upgrade.drain
+    own = manager_evicts(upgrade) if own is None else own
     return (
         ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
-        ("ENABLE_GPU_POD_EVICTION", flag(upgrade, "gpu_pod_eviction")),
-        ("ENABLE_AUTO_DRAIN", flag(drain, "enabled")),
+        ("ENABLE_GPU_POD_EVICTION", flag(upgrade, "gpu_pod_eviction") if own else derived("false", upgrade.strategy)),
+        ("ENABLE_AUTO_DRAIN", flag(drain, "enabled") if own else derived("false", upgrade.strategy)),
         ("DRAIN_USE_FORCE", flag(drain, "force")),
         ("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
         ("DRAIN_TIMEOUT_SECONDS", derived(f"{drain.timeout_seconds}s", drain.timeout_seconds)),
@@ -146,9 +160,10 @@ def driver_manager_env(upgrade: Upgrade) -> tuple[tuple[str, str], ...]:
     )
 
 
-def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequence = ()) -> ContainerArgs:
+def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequence = (),
+                   own_eviction: Optional[bool] = None) -> ContainerArgs:
     """k8s-driver-manager in front of a host driver (the driver's, the vGPU manager's): it evicts the node's GPU
-    pods as the upgrade policy says and unloads any NVIDIA driver before the new one loads."""
+    pods as the upgrade policy says (`driver_manager_env`) and unloads any NVIDIA driver before the new one loads."""
     return ContainerArgs(
         name="k8s-driver-manager",
         image=image,
@@ -157,7 +172,7 @@ def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequenc
         args=["uninstall_driver"],
         env=[
             NODE_NAME_ENV,
-            *(env(k, v) for k, v in driver_manager_env(upgrade)),
+            *(env(k, v) for k, v in driver_manager_env(upgrade, own_eviction)),
             OPERATOR_NAMESPACE_ENV,
             *gpudirect,
             env("DRIVER_CONFIG_DIGEST", digest),
@@ -177,10 +192,15 @@ CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
     rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
     rule([""], ["pods"], ["get", "list", "watch"]),
-    rule([""], ["pods/eviction"], ["create"]),
     rule(["resource.k8s.io"], ["resourceclaims"], ["get", "list"]),
     rule(["apps"], ["daemonsets"], ["get"]),
 )
+EVICTION_RULE = rule([""], ["pods/eviction"], ["create"])
+
+
+def cluster_rules(upgrade: Upgrade) -> tuple:
+    """The asset's ClusterRole, with `pods/eviction` only where the manager evicts (`manual`, `manager_evicts`)."""
+    return (*CLUSTER_RULES, EVICTION_RULE) if manager_evicts(upgrade) else CLUSTER_RULES
 
 VOLUMES = (
     host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
@@ -429,7 +449,7 @@ class Driver(pulumi.ComponentResource):
         super().__init__("gpu-stack:index:Driver", name, None, opts)
         wave_of = {pool: (wave, "pools") for wave in upgrade.waves for pool in wave.pools}
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=cluster_rules(upgrade), opts=child)
         probe = k8s.core.v1.ConfigMap(
             STARTUP_PROBE_CONFIGMAP,
             metadata=meta(STARTUP_PROBE_CONFIGMAP, ops.namespace, {"app": DAEMONSET, COMPONENT_LABEL: NAME}),

@@ -6,8 +6,14 @@ which replaced the ClusterPolicy asset (assets/state-vgpu-manager). Objects: SA/
 ClusterRoleBinding `nvidia-vgpu-manager` (the driver's rules: nodes update, ResourceClaim reads) and DaemonSet
 `nvidia-vgpu-manager-daemonset`, names kept from the ClusterPolicy form because they are this stack's contract.
 
-Its `k8s-driver-manager` init takes the stack's upgrade policy as the driver's does (`gpu-stack:upgrade`: GPU-pod
-eviction, drain), so no other NVIDIA driver holds the GPUs when `nvidia-driver init` of the vGPU manager image
+Its `k8s-driver-manager` init keeps the stack's upgrade policy in its env (GPU-pod eviction, drain), unlike the
+driver's, whose own eviction is off with `rolling`: changing that env would change the template, and the agents
+would restart every vGPU manager, stopping every VM that cannot migrate. It never evicts all the same: the agents
+drain the node (the coordinator evicting) before they delete a manager pod, and set
+`nvidia.com/gpu-driver-upgrade-enabled`, which makes the manager leave eviction to the upgrade; a pod deleted by
+hand finds its eviction refused, its account holding no `pods/eviction` with `rolling` (`cluster_rules`), and
+retries until someone drains the node. Either way no other NVIDIA driver holds the GPUs when `nvidia-driver init`
+of the vGPU manager image
 installs and loads the host driver with `nvidia_vgpu_vfio`, starts the vGPU daemons and enables SR-IOV virtual
 functions; on exit it disables them and unloads the modules again. The sandbox validator's
 `vgpu-manager-validation` waits for that and writes `vgpu-manager-ready`, which the vGPU device manager waits for.
@@ -61,7 +67,7 @@ from components.states.driver.targets import OpenShiftDriver
 from components.states.driver.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
 from components.states.driver.rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
-from components.states.driver.state import CLUSTER_RULES, COMPONENT_LABEL, PRECOMPILED_LABEL, driver_manager
+from components.states.driver.state import COMPONENT_LABEL, PRECOMPILED_LABEL, cluster_rules, driver_manager
 from components.states.driver.state import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
@@ -213,7 +219,7 @@ def plan_vgpu_managers(
             host_pid=True,
             affinity=ONE_DRIVER_PER_NODE,
             update_strategy=UPDATE_STRATEGY,
-            init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest)],
+            init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest, own_eviction=True)],
             containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
             volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
             termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
@@ -233,13 +239,16 @@ class VgpuManager(pulumi.ComponentResource):
         *,
         ops: Operands,
         image: str,
+        upgrade: Upgrade,
         planned: Sequence[RolledDaemonSet],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ):
         super().__init__("gpu-stack:index:VgpuManager", name, None, opts)
         child = child_opts(self, depends_on)
-        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=CLUSTER_RULES, opts=child)
+        # `pods/eviction` only where the manager evicts by itself (`manual`): with `rolling` the agents drain the node
+        # before they delete a manager pod, as they do for a driver (the module docstring says why its env stays).
+        rbac = rbac_set(NAME, ops.namespace, openshift=ops.openshift, role_rules=[SCC_USE], cluster_role_rules=cluster_rules(upgrade), opts=child)
         self.daemonsets = {
             rolled.name: register_daemonset(rolled.name, rolled.parts, also_after(child, *rbac.resources)) for rolled in planned
         }

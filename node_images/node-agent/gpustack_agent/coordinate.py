@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from kubernetes.client.exceptions import ApiException
 
-from . import budget, grants, informer, kube, labels, revisions, slots, upgrade
+from . import budget, drains, grants, informer, kube, labels, podops, revisions, slots, upgrade
 from .coordinator import BUDGET, DAEMONSETS, IN_LINE, MANAGED, SWEEP_SECONDS, TICK_SECONDS, Coordinator, Log, Need
 
 
@@ -103,7 +103,8 @@ class Actions:
         """Whether a step could decide anything new: something it judges changed, or a retry or a sweep is due."""
         state = self.state
         return bool(state.dirty or state.all_dirty or state.suspects or state.stale_revisions or self._retry
-                    or (config is not state.config and config != state.config) or state.clock() >= self._next_sweep)
+                    or (config is not state.config and config != state.config) or state.clock() >= self._next_sweep
+                    or state.drains_due())
 
     def step(self, config: labels.Config) -> None:
         state = self.state
@@ -126,6 +127,40 @@ class Actions:
         for name, need in state.next_grants(config):
             if not self._grant(name, need, config):
                 break
+        for name in state.drains_due():
+            self._drain(name, config.removal)
+
+    def _drain(self, name: str, rules: labels.Removal) -> None:
+        """Evict what ``name``'s drain request asks for of the pods bound to it: a new or changed request lists the
+        node's pods once; refusals (429) are asked again, by the uid seen, every EVICTION_RETRY_SECONDS."""
+        drain = self.state.drains[name]
+        if drain.pending:
+            listed = kube.as_dict(self.core, self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name}", _request_timeout=kube.REQUEST_TIMEOUT_SECONDS))
+            chosen, refused = drains.targets(drain.request, name, listed.get("items") or [], rules.namespace,
+                                             rules.drain_pod_selector)
+            for ref, why in refused:
+                if ref not in drain.evicted and ref not in drain.said:
+                    drain.said.add(ref)
+                    self.log({"level": "warning", "event": "eviction-refused", "node": name, "pod": ref,
+                              "reason": why})
+            drain.outstanding = {t.ref: t for t in chosen if t.ref not in drain.evicted}
+            drain.pending = False
+        for ref, target in sorted(drain.outstanding.items()):
+            try:
+                outcome = podops.evict(self.core, target.namespace, target.name, target.uid, node_name=name,
+                                       log=self.log)
+            except Exception:
+                # Whether it went through is unknown (a lost response): the pods are listed again first, and one
+                # already going is not asked twice.
+                drain.pending = True
+                raise
+            if outcome == podops.CHANGED:
+                drain.pending = True
+            elif outcome != podops.REFUSED:
+                drain.evicted.add(ref)
+                del drain.outstanding[ref]
+        drain.retry_at = self.state.clock() + drains.EVICTION_RETRY_SECONDS if drain.outstanding else None
 
     def _list_revisions(self) -> None:
         state = self.state

@@ -13,7 +13,10 @@ waiting in line or holding a slot (``gpu-stack/upgrade-state``) and the nodes wi
   nodes with a managed driver; ``maxParallelUpgrades``), none while ``paused`` or while a holder is marked failed.
   A grant is a compare-and-swap on the budget ConfigMap, then the ``gpu-stack/slot-grant`` annotation on the node;
 - frees: a holder whose Node was deleted (seen at once, confirmed by a read), and a grant that never reached a
-  node that no longer needs it. A node gives its own slot back when it is through.
+  node that no longer needs it. A node gives its own slot back when it is through;
+- drains (0.9.0): a holder that asks for one on its Node (:mod:`.drains`) has the pods it names evicted, those
+  bound to it alone, while the budget holds its slot under the grant it names. The coordinator is the only
+  holder of ``pods/eviction`` in the stack, and runs off the GPU nodes where it can.
 
 Nothing here must run alone for the budget to hold: the ConfigMap's compare-and-swap admits holders only against
 those that exist, so a second coordinator (a rolling Deployment) or a stale one can lose a race, never add a slot.
@@ -28,7 +31,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import budget, grants, informer, labels, removal, upgrade
+from . import budget, drains, grants, informer, labels, removal, upgrade
 
 IN_LINE, MANAGED, BUDGET, DAEMONSETS = "nodes-in-line", "nodes-with-a-driver", "budget", "driver-daemonsets"
 # The coordinator re-reads its node-pools file this often: kubelet rewrites it in place, without an event.
@@ -37,7 +40,7 @@ TICK_SECONDS = 5.0
 SWEEP_SECONDS = 300.0
 LABELS_READ = (upgrade.UPGRADE_STATE_LABEL, labels.DRIVER_LABEL, grants.DRIVER_REVISION_LABEL,
                *removal.DRIVER_LIKE_DEPLOY_LABELS)
-ANNOTATIONS_READ = (grants.REQUEST_ANNOTATION, grants.GRANT_ANNOTATION)
+ANNOTATIONS_READ = (grants.REQUEST_ANNOTATION, grants.GRANT_ANNOTATION, drains.DRAIN_ANNOTATION)
 Log = Callable[[dict[str, Any]], None]
 
 
@@ -114,6 +117,8 @@ class Coordinator:
         self._records: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._epoch = "%08x" % int(rng() * 0xFFFFFFFF)
         self._grants = 0
+        # Holders whose drain request stands, and how far each came.
+        self.drains: dict[str, drains.Drain] = {}
 
     # --- what the informers report ---------------------------------------------------------------------
 
@@ -308,7 +313,30 @@ class Coordinator:
         started = self.clock()
         for name, need in joining:
             self.line[name] = InLine(need, started)
+        self._judge_drains(names)
         return names
+
+    def _judge_drains(self, names: set[str]) -> None:
+        """Whose drain request stands, under a slot the budget holds for it: a new or changed request is acted on
+        (listed and evicted) in the next step; one withdrawn, or whose slot went or failed, is dropped."""
+        held = self.holders()
+        for name in names | set(self.drains):
+            node = self.nodes.get(name)
+            request = drains.request_of(node) if node is not None else None
+            if request is None or not drains.granted(request, held.get(name)):
+                self.drains.pop(name, None)
+                continue
+            current = self.drains.get(name)
+            if current is None or current.request.grant != request.grant:
+                self.drains[name] = drains.Drain(request)
+            elif current.request != request:
+                current.request, current.pending = request, True
+
+    def drains_due(self) -> list[str]:
+        """Holders whose drain has something to do now: a request not acted on yet, or refusals to ask again."""
+        now = self.clock()
+        return sorted(name for name, drain in self.drains.items()
+                      if drain.pending or (drain.retry_at is not None and now >= drain.retry_at))
 
     # --- decisions ---------------------------------------------------------------------------------------
 

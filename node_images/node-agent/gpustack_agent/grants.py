@@ -22,7 +22,7 @@ This module is pure: nodes are dicts shaped like ``kubectl get node -o json``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import budget
@@ -42,7 +42,7 @@ def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("annotations") or {}
 
 
-def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
 
 
@@ -72,7 +72,7 @@ def grant_of(node: Mapping[str, Any]) -> str | None:
 
 
 def driver_revision(node: Mapping[str, Any]) -> str | None:
-    return _labels(node).get(DRIVER_REVISION_LABEL) or None
+    return labels_of(node).get(DRIVER_REVISION_LABEL) or None
 
 
 def granted(record: Mapping[str, Any] | None, grant: str | None) -> bool:
@@ -93,9 +93,6 @@ class Hold:
     failed: bool = False
     drain_started: float | None = None
     restart_started: float | None = None
-    evicted: set[str] = field(default_factory=set)
-    # Whether the last round of evictions had one refused (429): asked again soon.
-    refused: bool = False
 
     @classmethod
     def of(cls, record: Mapping[str, Any], grant: str | None) -> "Hold":

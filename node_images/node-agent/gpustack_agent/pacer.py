@@ -11,6 +11,8 @@ coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`
   as a driver upgrade: evicted with ``gpuPodEviction`` or ``drain``; a removal evicts only with ``drain``, and
   without it gives the slot back while GPU work runs and asks again once it ended), the change is applied, and the
   slot is held until the node is through (:func:`removal.hold_reasons`);
+- a drain is asked for on the node's own Node (:mod:`.drains`): the coordinator, which alone may evict, evicts the
+  pods named that are bound to this node; the agent judges the drain's timeout;
 - a driver upgrade (version 3, ``driverUpgrade: rolling``; a vGPU or VFIO manager's too) is granted unasked: the
   coordinator sees the pod is out of date from the ``gpu-stack/driver-revision`` label the agent keeps. The node is
   cordoned, its GPU pods and VMs evicted (KubeVirt live-migrates those it can) or waited for, the old pod deleted
@@ -32,8 +34,9 @@ import random
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from . import budget, grants, kube, labelloop, labels, podops, podwatch, removal, revisions, slots, upgrade
+from . import budget, drains, grants, kube, labelloop, labels, podops, podwatch, removal, revisions, slots, upgrade
 from . import pods as podinfo
+from .grants import labels_of
 
 Now = Callable[[], datetime.datetime]
 # An idle node looks at its pods (orphaned driver pods, its driver pod's revision) this often even without a
@@ -42,7 +45,6 @@ RECHECK_SECONDS = 1800.0
 # A holder (or a node waiting for GPU work to end) watches its pods and judges every event of them; this bound is
 # only the safety net that re-establishes the watch, long so that 1,000 holders cost about one request a second.
 HOLD_WATCH_SECONDS = 1800.0
-EVICTION_RETRY_SECONDS = 30.0
 
 
 def utc_now() -> datetime.datetime:
@@ -232,6 +234,7 @@ class Pacer:
         patch = upgrade.finish_patch(node, state)
         patch["metadata"]["annotations"][grants.GRANT_ANNOTATION] = None
         patch["metadata"]["annotations"][grants.REQUEST_ANNOTATION] = None
+        patch["metadata"]["annotations"][drains.DRAIN_ANNOTATION] = None
         revision = self._driver_revision(config, rules)
         if revision is not None and revision != grants.driver_revision(node):
             patch["metadata"]["labels"][grants.DRIVER_REVISION_LABEL] = revision
@@ -429,7 +432,7 @@ class Pacer:
                 self._fail(rules, f"GPU pods still running after {rules.drain_timeout_seconds}s of eviction: "
                                   f"{', '.join(removal.named_pods(work)['pods'])}")
             return False
-        self._evict([p for p in work if removal.selected(p, rules.drain_pod_selector)])
+        self._ask_drain(work, rules)
         return False
 
     def _drained_for_upgrade(self, rules: labels.Removal) -> bool:
@@ -445,29 +448,30 @@ class Pacer:
     def _drain_wait(self, rules: labels.Removal) -> float:
         """How long a holder waiting for GPU work to leave may watch before its drain timeout needs judging."""
         assert self.hold is not None
-        # An eviction refused with 429 is asked again soon: nothing on the node may change until then (a
-        # PodDisruptionBudget's room frees elsewhere; a live migration KubeVirt gave up on).
-        soon = EVICTION_RETRY_SECONDS if self.hold.refused else HOLD_WATCH_SECONDS
+        # The coordinator asks refused evictions again; only the drain's timeout needs a timer here.
         if not (rules.gpu_pod_eviction or rules.drain) or not rules.drain_timeout_seconds or self.hold.failed:
-            return soon
+            return HOLD_WATCH_SECONDS
         started = self.hold.drain_started if self.hold.drain_started is not None else self.clock()
-        return min(soon, max(1.0, rules.drain_timeout_seconds - (self.clock() - started) + 1))
+        return min(HOLD_WATCH_SECONDS, max(1.0, rules.drain_timeout_seconds - (self.clock() - started) + 1))
 
     def _fail(self, rules: labels.Removal, why: str) -> None:
         """The node stays cordoned and holds its slot, marked failed: no other node starts until it is fixed."""
         assert self.hold is not None
         self.hold.failed = True
         self.slots.mark(rules.namespace, why)
-        self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.FAILED}}})
+        self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.FAILED},
+                                  "annotations": {drains.DRAIN_ANNOTATION: None}}})
         self.log({"level": "error", "event": "upgrade-failed", "node": self.node_name, "error": why})
 
     # --- requests on pods and the node ------------------------------------------------------------------
 
-    def _evict(self, work: Sequence[Mapping[str, Any]]) -> None:
+    def _ask_drain(self, work: Sequence[Mapping[str, Any]], rules: labels.Removal) -> None:
+        """Ask the coordinator, on this node's own Node, to evict the GPU work the drain selects."""
         assert self.hold is not None
         self._notice("info", "draining", **removal.named_pods(work))
-        self.hold.refused = podops.evict(self.core, work, self.hold.evicted, node_name=self.node_name,
-                                         log=self.log) > 0
+        patch = drains.request_patch(self._node(), self.hold.grant, work, rules.drain_pod_selector)
+        if patch is not None:
+            self._patch(patch)
 
     def _delete_pod(self, namespace: str, name: str, why: str) -> None:
         podops.delete_pod(self.core, namespace, name, why, node_name=self.node_name, log=self.log)
@@ -494,7 +498,3 @@ class Pacer:
         if key != self._last_notice:
             self._last_notice = key
             self.log({"level": level, "event": event, "node": self.node_name, **fields})
-
-
-def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
-    return (node.get("metadata") or {}).get("labels") or {}

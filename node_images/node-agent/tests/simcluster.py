@@ -304,6 +304,43 @@ class Watch:
     status = 200
 
 
+# --- who may do what -----------------------------------------------------------------------------------------
+
+
+class NodeBoundAccess:
+    """What the stack's RBAC and its node-bound admission policy (components/states/node_write_policy.py) let a process
+    on a GPU node do, for the callers named after their node (``agent/<node>``, ``inventory/<node>``): no eviction
+    at all (no ``pods/eviction`` grant), writes to its own Node only, deletes of pods bound to its own node only.
+    Every other caller (the coordinator, a person) is unrestricted. Each refusal is recorded."""
+
+    NODE_BOUND = ("agent/", "inventory/")
+
+    def __init__(self) -> None:
+        self.refused: list[tuple[str, str, str]] = []
+
+    def _node_of(self, caller: str) -> str | None:
+        prefix = next((p for p in self.NODE_BOUND if caller.startswith(p)), None)
+        return caller[len(prefix):] if prefix else None
+
+    def _refuse(self, caller: str, verb: str, what: str) -> None:
+        self.refused.append((caller, verb, what))
+        raise _error(403, "Forbidden")
+
+    def evict(self, caller: str) -> None:
+        if self._node_of(caller) is not None:
+            self._refuse(caller, "evict", "pods/eviction")
+
+    def write_node(self, caller: str, name: str) -> None:
+        node = self._node_of(caller)
+        if node is not None and node != name:
+            self._refuse(caller, "patch", f"nodes/{name}")
+
+    def delete_pod(self, caller: str, pod: Mapping[str, Any]) -> None:
+        node = self._node_of(caller)
+        if node is not None and (pod.get("spec") or {}).get("nodeName") != node:
+            self._refuse(caller, "delete", f"pods/{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+
+
 # --- the API server ------------------------------------------------------------------------------------------
 
 
@@ -335,6 +372,7 @@ class Server:
         self.blocked: set[str] = set()
         # An admission webhook on evictions (KubeVirt's): may raise to refuse one.
         self.on_evict: Callable[[str, str], None] | None = None
+        self.access = NodeBoundAccess()
 
     # --- faults ---
 
@@ -373,6 +411,9 @@ class Server:
         key = (metadata.get("namespace") or "", metadata["name"])
         old = self.objects[kind].get(key)
         new = {**obj, "metadata": {**metadata, "resourceVersion": self._next_version()}}
+        if kind == PODS and old is None and not metadata.get("uid"):
+            # A pod created again under the same name is another object: another uid.
+            new["metadata"]["uid"] = f"{key[0]}/{key[1]}@{new['metadata']['resourceVersion']}"
         self.objects[kind][key] = new
         if kind == PODS:
             self.pods_on[(new.get("spec") or {}).get("nodeName") or ""].add(key)
@@ -586,7 +627,10 @@ class Api:
         return self._call("read_node", answer)
 
     def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._call("patch_node", lambda: _copy(self._patch(NODES, "", name, body)))
+        def answer() -> dict[str, Any]:
+            self.server.access.write_node(self.caller, name)
+            return _copy(self._patch(NODES, "", name, body))
+        return self._call("patch_node", answer)
 
     def _patch(self, kind: str, namespace: str, name: str, body: Any) -> dict[str, Any]:
         current = self.server.get(kind, namespace, name)
@@ -615,8 +659,13 @@ class Api:
 
     def create_namespaced_pod_eviction(self, name: str, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
         def answer() -> dict[str, Any]:
-            if self.server.get(PODS, namespace, name) is None:
+            self.server.access.evict(self.caller)
+            pod = self.server.get(PODS, namespace, name)
+            if pod is None:
                 raise _error(404, "Not Found")
+            uid = (((body.get("deleteOptions") or {}).get("preconditions")) or {}).get("uid")
+            if uid and uid != pod["metadata"].get("uid"):
+                raise _error(409, "Conflict")  # the precondition names another pod of that name
             if f"{namespace}/{name}" in self.server.blocked:
                 raise _error(429, "Too Many Requests")
             if self.server.on_evict is not None:
@@ -628,8 +677,10 @@ class Api:
 
     def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> Any:
         def answer() -> dict[str, Any]:
-            if self.server.get(PODS, namespace, name) is None:
+            pod = self.server.get(PODS, namespace, name)
+            if pod is None:
                 raise _error(404, "Not Found")
+            self.server.access.delete_pod(self.caller, pod)
             return self.server.terminate_pod(namespace, name)
         return self._call("delete_namespaced_pod", answer)
 

@@ -113,6 +113,10 @@ class Cluster:
     def holders(self) -> set[str]:
         return set(budget.holders(self.budget()))
 
+    def holders_grant(self, node: str) -> str:
+        """The grant the budget holds ``node``'s slot under."""
+        return str(budget.holders(self.budget())[node].get("grant") or "")
+
     def put_budget(self, data: Mapping[str, Any]) -> None:
         """The budget as agents and coordinators before this test left it."""
         self.server.put(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap",
@@ -158,7 +162,7 @@ class Cluster:
                                         rng=lambda: 0.25)
         if self.coordinator is not None:
             # The same process: its line keeps its order, its grants their numbering.
-            state.line, state._grants = self.coordinator.line, self.coordinator._grants
+            state.line, state._grants, state.drains = self.coordinator.line, self.coordinator._grants, self.coordinator.drains
         for source in coordinate.sources(self.coordinator_api, self.coordinator_api, NAMESPACE):
             items, _ = source.list(self.coordinator_api.api_client)
             state.observe(source.name, informer.SYNC, items)

@@ -6,7 +6,8 @@ server ends at once, agents and the coordinator restarted, wall clocks skewed by
 budget lowered mid-rollout, nodes deleted while they hold a slot. The assertions are about the cluster, not the
 agents' beliefs: no more nodes out of service than the budget, none out of service without a slot, no driver pod
 deleted and no MIG layout applied under a running GPU job, every node finishes, no job evicted twice, no slot
-left behind."""
+left behind, and no eviction but the coordinator's (an agent that tried to evict, or to write another Node, would be
+refused: simcluster.NodeBoundAccess)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ def assert_held(fleet: Fleet) -> None:
     assert fleet.outside_slot == [], f"out of service without a slot: {fleet.outside_slot[:5]}"
     assert fleet.under_gpu_work == [], f"GPU work taken from under: {fleet.under_gpu_work[:5]}"
     assert fleet.evicted_twice() == []
+    assert fleet.server.access.refused == [], "a process on a GPU node tried to evict, or to write another node"
+    assert not any(caller.startswith("agent/") for caller, method in fleet.server.requests
+                   if method == "create_namespaced_pod_eviction"), "only the coordinator evicts"
     assert fleet.hub.crashes == []
     nodes = [n for (_, _), n in fleet.server.objects["nodes"].items()]
     assert not any((n.get("spec") or {}).get("unschedulable") for n in nodes)

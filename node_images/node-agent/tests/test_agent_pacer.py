@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import A100_DRIVER, driver_pod, gpu_job_pod, operand_pod, renamed
-from gpustack_agent import grants, labelloop, labels, upgrade
+from gpustack_agent import drains, grants, labelloop, labels, upgrade
 from simcluster import NODES
 from stepcluster import Agent, Cluster
 
@@ -79,6 +79,12 @@ def granted(cluster: Cluster, agent: Agent, config: dict[str, Any]) -> None:
     agent.reconcile(config)
     cluster.coordinate(config)
     agent.reconcile(config)
+
+
+def granted_and_drained(cluster: Cluster, agent: Agent, config: dict[str, Any]) -> None:
+    """As `granted`, then the coordinator acts on the drain the agent asked for on its Node."""
+    granted(cluster, agent, config)
+    cluster.coordinate(config)
 
 
 # --- asking and being granted --------------------------------------------------------------------------------
@@ -309,11 +315,15 @@ def test_a_drain_cordons_first_evicts_each_pod_once_and_uncordons(load_fixture, 
     node = cluster.node(NODE)
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"]["gpu-stack/cordoned-by"] == "node-agent"
+    assert cluster.server.evictions == [], "the agent asks; only the coordinator evicts"
+    assert drains.request_of(node) == drains.Request(cluster.holders_grant(NODE), frozenset({"ml-team/train-0"}))
+    cluster.coordinate(config)
     assert cluster.server.evictions == ["ml-team/train-0"]
     assert cluster.node_labels(NODE)[EXPORTER] == "true"
 
     # Evicted but still terminating: not evicted again, and the labels still wait.
     agent.reconcile(config)
+    cluster.coordinate(config)
     assert cluster.server.evictions == ["ml-team/train-0"]
 
     cluster.wait(60)
@@ -332,10 +342,11 @@ def test_a_drain_leaves_pods_its_selector_does_not_select(load_fixture, paced_co
     config["version"] = 3
     config["removal"].update(driverUpgrade="manual", drainPodSelector="gpu-stack.io/drain!=never")
 
-    granted(cluster, agent, config)
+    granted_and_drained(cluster, agent, config)
     assert cluster.server.evictions == ["ml-team/train-0"]
     cluster.wait(60)
     agent.reconcile(config)
+    cluster.coordinate(config)
     assert cluster.server.evictions == ["ml-team/train-0"]
     assert cluster.node_labels(NODE)[EXPORTER] == "true", "the spared pod still holds GPUs: waited for, not pulled"
 
@@ -371,7 +382,7 @@ def test_a_cordon_someone_else_set_is_never_lifted(load_fixture, paced_config):
     agent = Agent(cluster, NODE)
     config = without_exporter(paced_config, drain=True)
 
-    granted(cluster, agent, config)
+    granted_and_drained(cluster, agent, config)
     cluster.wait(60)
     agent.reconcile(config)
     assert not holding(agent) and cluster.node(NODE)["spec"]["unschedulable"] is True
@@ -381,7 +392,7 @@ def test_a_node_someone_asked_to_keep_cordoned_stays_cordoned_after_its_change(l
     cluster = Cluster([a100_node(load_fixture, paced_config)], [gpu_job_pod("train-0", NODE)])
     agent = Agent(cluster, NODE)
     config = without_exporter(paced_config, drain=True)
-    granted(cluster, agent, config)
+    granted_and_drained(cluster, agent, config)
     cluster.patch_node(NODE, {"metadata": {"annotations": {"gpu-stack/keep-cordoned": "disk repair"}}})
     cluster.wait(60)
 
@@ -399,13 +410,25 @@ def test_an_eviction_a_disruption_budget_blocks_is_asked_again_then_fails_at_the
     config["version"] = 3
     config["removal"].update(driverUpgrade="manual", drainTimeoutSeconds=300)
 
-    granted(cluster, agent, config)
+    granted_and_drained(cluster, agent, config)
     assert cluster.server.evictions == []
-    assert agent.last("eviction-blocked")["pod"] == "ml-team/train-0"
+    assert cluster.coordinator_log.last("eviction-blocked")["pod"] == "ml-team/train-0"
+    asked_at = cluster.server.requests[("coordinator", "create_namespaced_pod_eviction")]
+    cluster.wait(29)
+    cluster.coordinate(config)
+    assert cluster.server.requests[("coordinator", "create_namespaced_pod_eviction")] == asked_at
+    cluster.wait(2)
+    cluster.coordinate(config)
+    assert cluster.server.requests[("coordinator", "create_namespaced_pod_eviction")] == asked_at + 1, "again in 30 s"
     cluster.wait(301)
     agent.reconcile(config)
     assert "failed" in cluster.budget()["data"][NODE]
     assert cluster.node_labels(NODE)[STATE] == "upgrade-failed"
+    assert drains.DRAIN_ANNOTATION not in cluster.annotations(NODE)
+    cluster.wait(31)
+    cluster.coordinate(config)
+    assert cluster.server.requests[("coordinator", "create_namespaced_pod_eviction")] == asked_at + 1, (
+        "a failed slot is not drained further")
 
 
 # --- driver upgrades -----------------------------------------------------------------------------------------
@@ -444,6 +467,7 @@ def test_an_outdated_driver_is_granted_without_asking_replaced_on_a_cordoned_nod
     node = cluster.node(NODE)
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"]["nvidia.com/gpu-driver-upgrade-enabled"] == "true"
+    cluster.coordinate(config)
     assert cluster.server.evictions == ["ml-team/train-0"] and cluster.pod("driver-old")["metadata"].get(
         "deletionTimestamp") is None
 
@@ -661,7 +685,7 @@ def test_a_handover_under_a_gpu_job_drains_it_as_a_driver_upgrade_does(load_fixt
     cluster.put_daemonset(A100_V2_DRIVER, "cccc0001", "v2rev1")
     agent = Agent(cluster, NODE)
 
-    granted(cluster, agent, config)
+    granted_and_drained(cluster, agent, config)
 
     # Before 0.8.0 the label moved at once and the old driver went from under the job.
     assert cluster.node(NODE)["spec"]["unschedulable"] is True

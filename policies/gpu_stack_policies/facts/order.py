@@ -6,8 +6,9 @@ gpu-stack keeps that order as `depends_on` edges: each state's objects are appli
 state's objects. Readiness never gates the next state (operands are not awaited); per-node ordering stays in
 the validator init containers and the files under /run/nvidia/validations, where NVIDIA puts it.
 
-Six entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
-NodeLabelingReconciler), the node inventory (NVML drift reports, which no operator state gives), the KubeVirt host-device permissions (a step NVIDIA's docs leave to the user), the
+Seven entries have no operator state: NFD (the operator's Helm subchart), node labelling (the operator's
+NodeLabelingReconciler), the node inventory (NVML drift reports, which no operator state gives), the KubeVirt host-device permissions (a step NVIDIA's docs leave to the user), the node-bound admission policies
+(after every state that runs pods on GPU nodes, whose ServiceAccounts they name), the
 later driver upgrade waves (the operator's upgrade controller, done as ordered
 DaemonSets behind validation gates) and the stack validation gate (what `kubectl get clusterpolicy` status
 would say). The first wave's drivers stay in `state-driver`; every later wave waits for the wave before it
@@ -58,6 +59,8 @@ STATE_ORDER: tuple[State, ...] = (
     State("state-kata-device-plugin", "assets/state-kata-device-plugin", "kata_device_plugin"),
     State("state-cc-manager", "assets/state-cc-manager", "cc_manager"),
     State("kubevirt-host-devices", "the operator's KubeVirt docs (permittedHostDevices, set by hand there)", "kubevirt"),
+    State("node-bound-writes", "no operator state: admission that keeps each GPU-node token's writes on its own node",
+          "node_write_policy"),
     State("stack-monitoring", "assets/state-operator-metrics (no operator process: rules over the operands' metrics)", "monitoring"),
     State("driver-waves", "upgrade controller (pkg/upgrade): waves after the first, each behind a gate", "waves"),
     State("stack-validation", "ClusterPolicy status (validator Ready on every GPU node)", "validation_gate"),

@@ -1,0 +1,36 @@
+"""docs/security.md (gpustack/security.py): generated from the render of every shipped stack, fresh, and saying what
+each token on a GPU node can write before and after the node-bound policies."""
+
+from __future__ import annotations
+
+from gpustack import security
+from stacktest import objects, render_stack
+
+
+def rows(text: str) -> dict[str, list[list[str]]]:
+    """ServiceAccount -> the cells of each table row naming it."""
+    found: dict[str, list[list[str]]] = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            found.setdefault(cells[0].split("`")[1], []).append(cells)
+    return found
+
+
+def test_the_security_page_is_what_the_shipped_stacks_render():
+    assert not security.stale(), "docs/security.md is stale: run `python -m gpustack docs` and commit the page"
+
+
+def test_every_daemonsets_account_has_its_row_with_what_a_stolen_token_can_still_write():
+    page = rows(security.PAGE.read_text())
+    for stack in ("prod-managed", "dra", "kubevirt"):
+        for ds in objects(render_stack(stack), "DaemonSet").values():
+            assert ds["spec"]["template"]["spec"]["serviceAccountName"] in page
+    agent_now, agent_then = page["gpu-stack-node-labeler"]
+    assert "pods/eviction" not in agent_now[5] and "`nodes` patch (own node only)" in agent_now[5]
+    assert "`pods/eviction` create" in agent_then[1] and "pods/eviction" not in agent_then[2]
+    driver = page["nvidia-driver"][1]
+    assert "`pods/eviction` create" in driver[3], "NVIDIA's driver manager evicts cluster-wide"
+    worker = page["node-feature-discovery-worker"][1]
+    assert "`nodes` patch, update" in worker[1] and "nodes" not in worker[2]
+    assert page["nvidia-dcgm"][0][2] == "no"
