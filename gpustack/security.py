@@ -16,9 +16,6 @@ from gpustack.render import objects_in_order
 
 PAGE = PROJECT_DIR / "docs" / "security.md"
 READS = frozenset({"get", "list", "watch"})
-# Writes the node-bound policies judge by the node they touch (components/states/node_write_policy.py SHAPES).
-NODE_BOUND = {("", "nodes"), ("", "nodes/status"), ("", "pods"), ("", "pods/status"), ("", "pods/ephemeralcontainers"),
-              ("nfd.k8s-sigs.io", "nodefeatures"), ("", "configmaps")}
 DENIED = {("", "pods/eviction")}
 Grant = tuple[str, tuple[str, ...], tuple[str, ...], str]
 
@@ -33,6 +30,10 @@ class Account:
     token: bool = False
     grants: set[tuple[str, str, str, tuple[str, ...], str]] = field(default_factory=set)
     bound_in: set[str] = field(default_factory=set)
+    # (group, resource pattern) of the writes a rendered admission policy judges by the node in the token: the
+    # node-bound policies' (components/states/node_write_policy.py SHAPES) and NVIDIA's ResourceSlice policy for the
+    # DRA kubelet plugin (components/kit/dra_api.py slice_policy), read from the render, not listed here.
+    judged: set[tuple[str, str]] = field(default_factory=set)
 
 
 def _rules(objects: Sequence[Mapping[str, Any]], namespace: str, account: str) -> Iterable[tuple[Mapping, str]]:
@@ -79,11 +80,39 @@ def _bound_accounts(objects) -> set[str]:
     return named
 
 
+def _named_accounts(expression: str) -> set[str]:
+    return {quoted.rsplit(":", 1)[-1] for quoted in expression.split("'")[1::2]
+            if quoted.startswith("system:serviceaccount:")}
+
+
+def _node_judged(objects) -> dict[str, set[tuple[str, str]]]:
+    """Per ServiceAccount, the (group, resource) patterns of every admission policy that compares the node in the
+    request's token (`authentication.kubernetes.io/node-name`) with what the write touches."""
+    judged: dict[str, set[tuple[str, str]]] = {}
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        if obj["kind"] != "ValidatingAdmissionPolicy" or not any(
+                node_write_policy.NODE_NAME_CLAIM in v.get("expression", "") for v in spec.get("variables") or []):
+            continue
+        patterns = {(group, resource) for rule in spec["matchConstraints"]["resourceRules"]
+                    for group in rule["apiGroups"] for resource in rule["resources"]}
+        for condition in spec.get("matchConditions") or []:
+            for account in _named_accounts(condition["expression"]):
+                judged.setdefault(account, set()).update(patterns)
+    return judged
+
+
+def _is_judged(group: str, resource: str, patterns: set[tuple[str, str]]) -> bool:
+    parent, _, sub = resource.partition("/")
+    return (group, resource) in patterns or bool(sub) and (group, f"{parent}/*") in patterns
+
+
 def accounts(renders: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Account]:
     """Every GPU-node ServiceAccount of the shipped stacks' renders (stack -> its objects)."""
     found: dict[str, Account] = {}
     for stack, objects in sorted(renders.items()):
         bound = _bound_accounts(objects)
+        judged = _node_judged(objects)
         pods = list(_pod_specs(objects))
         names = {spec.get("serviceAccountName", "default") for _, spec in pods} | (bound - {""})
         for name in names:
@@ -95,6 +124,7 @@ def accounts(renders: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Ac
             account.grants |= _grants(objects, pods[0][0]["metadata"]["namespace"], name)
             if name in bound:
                 account.bound_in.add(stack)
+            account.judged |= judged.get(name, set())
     return found
 
 
@@ -106,16 +136,17 @@ def _resource(group: str, resource: str, names: Sequence[str]) -> str:
     return f"{shown} {', '.join(names)}" if names else shown
 
 
-def describe(grants: Iterable[tuple[str, str, str, tuple[str, ...], str]], *, kept: str = "") -> str:
-    """`resource` verbs per resource, cluster-wide first, then those of the namespace; `kept` notes the writes the
-    node-bound policies keep on the token's node."""
+def describe(grants: Iterable[tuple[str, str, str, tuple[str, ...], str]], *, kept: str = "",
+             judged: set[tuple[str, str]] = frozenset()) -> str:
+    """`resource` verbs per resource, cluster-wide first, then those of the namespace; `kept` notes the writes an
+    admission policy keeps on the token's node (`judged`)."""
     merged: dict[tuple[str, str, tuple[str, ...], str], set[str]] = {}
     for group, resource, verb, names, scope in grants:
         merged.setdefault((group, resource, names, scope), set()).add(verb)
     parts = []
     order = sorted(merged.items(), key=lambda item: (item[0][3] != "cluster", item[0][1], item[0][0], item[0][2]))
     for (group, resource, names, scope), verbs in order:
-        notes = ([] if scope == "cluster" else ["namespace"]) + ([kept] if kept and (group, resource) in NODE_BOUND else [])
+        notes = ([] if scope == "cluster" else ["namespace"]) + ([kept] if kept and _is_judged(group, resource, judged) else [])
         suffix = f" ({', '.join(notes)})" if notes else ""
         parts.append(f"`{_resource(group, resource, names)}` {', '.join(sorted(verbs))}{suffix}")
     return "; ".join(parts) or "none"
@@ -133,9 +164,7 @@ def writes(grants) -> set:
 def effective(account: Account) -> str:
     """What a stolen token of the account can still write where the node-bound policies are rendered."""
     left = {g for g in writes(account.grants) if (g[0], g[1]) not in DENIED}
-    if not account.bound_in:
-        return describe(left)
-    return describe(left, kept="own node only")
+    return describe(left, kept="own node only", judged=account.judged)
 
 
 def before(account: Account) -> str:
