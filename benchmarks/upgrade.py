@@ -102,7 +102,7 @@ def stack_config(pools: int, max_unavailable: Any, *, driver: str | None = None,
                             for name, members in waves_of(pools)]
     config: dict[str, Any] = {
         "gpu-stack:cluster": {"name": "bench", "context": "bench", "kubernetesVersions": ["1.33"]},
-        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.9.0"},
+        "gpu-stack:nodeAgent": {"image": "harbor.platform.internal/gpu-stack/node-agent:0.10.0"},
         "gpu-stack:upgrade": upgrade,
         "gpu-stack:nodePools": pool_list,
     }

@@ -2,4 +2,4 @@
 
 # gpu-stack's release, which the node agent image (node_images/node-agent, gpustack_agent.__version__) shares: the
 # SARIF log names it as its tool's version.
-__version__ = "0.9.0"
+__version__ = "0.10.0"

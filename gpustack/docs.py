@@ -114,7 +114,7 @@ Each error names the key to change.
   wave, host-driver and VM pools in none; wave names are unique. With `expectedNodes`, each gate's timeout must
   leave its wave's declared nodes time to roll within the fleet budget (`maxUnavailable`, a percentage of every
   declared node, capped by `maxParallelUpgrades`).
-- `nodeAgent.image` must be 0.9.0 or later by its tag (a digest is taken on trust): older agents evict pods
+- `nodeAgent.image` must be 0.10.0 or later by its tag (a digest is taken on trust): older agents evict pods
   themselves, which their RBAC no longer allows, and their coordinator carries out no drain; 0.8.0 also does not
   roll the VM pools' vGPU and VFIO managers; images before 0.8.0 have no upgrade coordinator (`coordinate`) at all,
   and agents before 0.7.0 cannot read the version-4 node-pools document (a driver DaemonSet per node image).

@@ -1,6 +1,6 @@
 """docs/security.md, generated from the render of every shipped stack: what each ServiceAccount token on a GPU node
 can read and write, what a stolen one can still write once the node-bound admission policies judge it, and the
-same account in gpu-stack 0.8.0 and in NVIDIA's GPU Operator (components/catalogs/token_reach.py)."""
+same account in gpu-stack 0.9.0 and in NVIDIA's GPU Operator (components/catalogs/token_reach.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpustack.render import objects_in_order
 PAGE = PROJECT_DIR / "docs" / "security.md"
 READS = frozenset({"get", "list", "watch"})
 DENIED = {("", "pods/eviction")}
-Grant = tuple[str, tuple[str, ...], tuple[str, ...], str]
+Grant = tuple  # as components/catalogs/token_reach.py writes one
 
 
 @dataclass
@@ -153,8 +153,8 @@ def describe(grants: Iterable[tuple[str, str, str, tuple[str, ...], str]], *, ke
 
 
 def _expand(catalogued: Iterable[Grant]) -> set[tuple[str, str, str, tuple[str, ...], str]]:
-    return {(group, resource, verb, (), scope) for group, resources, verbs, scope in catalogued
-            for resource in resources for verb in verbs}
+    return {(group, resource, verb, tuple(names[0]) if names else (), scope)
+            for group, resources, verbs, scope, *names in catalogued for resource in resources for verb in verbs}
 
 
 def writes(grants) -> set:
@@ -168,8 +168,8 @@ def effective(account: Account) -> str:
 
 
 def before(account: Account) -> str:
-    old = writes(account.grants) | _expand(token_reach.REMOVED_IN_0_9_0.get(account.name, ()))
-    token = account.token or account.name in token_reach.TOKEN_REMOVED_IN_0_9_0
+    old = writes(account.grants) | _expand(token_reach.REMOVED_IN_0_10_0.get(account.name, ()))
+    token = account.token or account.name in token_reach.TOKEN_REMOVED_IN_0_10_0
     return describe(old) if token else "no token"
 
 
@@ -261,9 +261,9 @@ def _table(found: Mapping[str, Account], all_stacks: Sequence[str]) -> list[str]
 
 def _beside(found: Mapping[str, Account]) -> list[str]:
     lines = ["", "## Before this change, and beside NVIDIA's operator", "",
-             "Writes only: gpu-stack 0.8.0 had no node-bound policy, so each of its writes reached every node; NVIDIA's",
+             "Writes only: gpu-stack 0.9.0 had no node-bound policy, so each of its writes reached every node; NVIDIA's",
              "GPU Operator renders none either (only its DRA driver's chart keeps ResourceSlices on their node).", "",
-             _row(["ServiceAccount", "gpu-stack 0.8.0", "gpu-stack 0.9.0 (what a stolen token can write)",
+             _row(["ServiceAccount", "gpu-stack 0.9.0", "gpu-stack 0.10.0 (what a stolen token can write)",
                    "NVIDIA GPU Operator"]),
              _row(["---"] * 4)]
     for name, account in sorted(found.items()):

@@ -409,7 +409,7 @@ def change_node_agent_image(config: Config) -> Optional[Config]:
     if image is None:
         return None
     edited = _copy(config)
-    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.9.1"
+    edited["gpu-stack:nodeAgent"]["image"] = image.rsplit(":", 1)[0] + ":0.10.1"
     return valid(edited)
 
 

@@ -18,7 +18,7 @@ from gpustack.render import kubernetes_object
 from stacktest import ROOT, config_problems, container, objects, render, render_stack, setter, stack_config
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 D, M = "gpu-stack:driver", "gpu-stack:migManager"
 STARTUP_SCRIPT = ["sh", "/usr/local/bin/startup-probe.sh"]
 

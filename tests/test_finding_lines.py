@@ -176,7 +176,7 @@ BATCHES: tuple[tuple[Edit, ...], ...] = (
         Edit("gpu-stack:dcgmExporter.hpcJobMapping.directory", PRIVILEGED, _job_mapping),
         Edit("gpu-stack:registry.override", PINNED, _set(("gpu-stack:registry", "override"), "docker.io/mirror")),
         Edit("gpu-stack:nodeAgent.image", PINNED,
-             _set(("gpu-stack:nodeAgent", "image"), f"{OUTSIDE_REGISTRY}/node-agent:0.9.0", lambda cfg: cfg.node_agent.image)),
+             _set(("gpu-stack:nodeAgent", "image"), f"{OUTSIDE_REGISTRY}/node-agent:0.10.0", lambda cfg: cfg.node_agent.image)),
         Edit("gpu-stack:vgpu.managerImage", PINNED,
              _set(("gpu-stack:vgpu", "managerImage"), f"{OUTSIDE_REGISTRY}/vgpu-manager:570.172.07",
                   lambda cfg: cfg.vgpu.manager_image)),

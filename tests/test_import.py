@@ -22,7 +22,7 @@ from gpustack.importer.mig import layout_from_mig_parted
 from stacktest import ROOT, container, env_of, objects, render
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 
 
 def fixture(name: str) -> str:

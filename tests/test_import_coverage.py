@@ -21,7 +21,7 @@ from gpustack.importer.ledger import CARRIED, REPORTED, SILENT, WITHOUT_EFFECT
 from stacktest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 ROLE = "virt.platform.internal/gpu-role"
 SANDBOX_FACTS = ClusterFacts("virt-admin", AGENT, pool_labels=(ROLE,),
                              gpu_models=(((ROLE, "vm-passthrough"), "A100-80GB"), ((ROLE, "vm-vgpu"), "A10")))

@@ -24,7 +24,7 @@ from components.catalogs.consts import MIG_CONFIG, WORKLOAD_CONFIG
 from stacktest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"  # with wait-for-completion (upgrade.waitForCompletion)
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"  # with wait-for-completion (upgrade.waitForCompletion)
 ROLE = "virt.platform.internal/gpu-role"
 SANDBOX_FACTS = ClusterFacts("virt-admin", AGENT, pool_labels=(ROLE,),
                              gpu_models=(((ROLE, "vm-passthrough"), "A100-80GB"), ((ROLE, "vm-vgpu"), "A10")))

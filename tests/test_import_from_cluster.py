@@ -12,7 +12,7 @@ import yaml
 import gpustack.__main__ as cli
 from kubefake import CP, TOKEN, FakeApiServer, kubeconfig, operator_cluster
 
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 
 
 def run(tmp_path, config: str, *extra: str) -> int:

@@ -18,7 +18,7 @@ from gpustack.importer import ClusterFacts, ImportInputError
 from stacktest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 FACTS = ClusterFacts("prod-admin", AGENT, kubernetes_versions=("1.31",), gpu_models=((None, "L40S"),), os="ubuntu22.04")
 # An error is one line a terminal shows whole: the path, what was expected, a bounded value at most.
 MAX_MESSAGE = 300

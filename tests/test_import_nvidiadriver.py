@@ -30,7 +30,7 @@ from stacktest import ROOT, env_of, objects, render
 
 CP = ROOT / "tests" / "fixtures" / "clusterpolicy"
 NVD = ROOT / "tests" / "fixtures" / "nvidiadriver"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 ROLE = "virt.platform.internal/gpu-role"
 INSTANCE = "node.kubernetes.io/instance-type"
 

@@ -116,8 +116,8 @@ BAD = [
     ("alert for too long", put("gpu-stack:monitoring", "alerts", "utilizationFor", value="30d"), "gpu-stack:monitoring.alerts.utilizationFor", "longer than 7d"),
     ("negative timeout", put("gpu-stack:upgrade", "waitForCompletion", "timeoutSeconds", value=-5), "gpu-stack:upgrade.waitForCompletion.timeoutSeconds", "greater than or equal to 0"),
     # Image references, parsed by distribution/reference's grammar.
-    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.9.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
-    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.9.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
+    ("agent upper-case repo", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/GPU-stack/node-agent:0.10.0"), "gpu-stack:nodeAgent.image", "must be lowercase"),
+    ("agent newline", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.10.0\n"), "gpu-stack:nodeAgent.image", "whitespace"),
     ("agent short digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:abc"), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest algorithm", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@md5:" + "a" * 32), "gpu-stack:nodeAgent.image", "not an image reference"),
     ("agent digest in tag", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:x@sha256:" + DIGEST64[:63]), "gpu-stack:nodeAgent.image", "not an image reference"),
@@ -162,7 +162,7 @@ GOOD = [
     ("tolerate everything", tolerations({"operator": "Exists"})),
     ("Equal with empty value", tolerations({"key": "k", "operator": "Equal", "effect": "NoSchedule"})),
     ("digest-pinned agent", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent@sha256:" + DIGEST64)),
-    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.9.0@sha256:" + DIGEST64)),
+    ("tag and digest", put("gpu-stack:nodeAgent", "image", value="harbor.platform.internal/gpu-stack/node-agent:0.10.0@sha256:" + DIGEST64)),
     ("registry with port and path", put("gpu-stack:registry", "override", value="registry.dc2.corp:5000/mirror")),
     ("label at the limits", put(DS, "labels", value={"a" * 63 + "." + "b" * 63 + "/" + "c" * 63: "d" * 63})),
     ("percent budget", put(DS, "maxUnavailable", value="100%")),
@@ -193,8 +193,8 @@ def test_bool_is_not_a_count():
 
 
 def test_image_references_parse_by_the_grammar():
-    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.9.0")
-    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.9.0", None)
+    ref = parse_image("registry.dc2.corp:5000/gpu-stack/node-agent:0.10.0")
+    assert (ref.domain, ref.name, ref.tag, ref.digest) == ("registry.dc2.corp:5000", "registry.dc2.corp:5000/gpu-stack/node-agent", "0.10.0", None)
     assert parse_image("gpu-stack/node-agent@sha256:" + DIGEST64).domain is None
     for bad in ("", "a b:1", "x:1\n", "registry.io/UPPER/x:1", "UPPER:1", "x@sha256:" + "a" * 63, "x:" + "t" * 129):
         with pytest.raises(ValueError):

@@ -20,7 +20,7 @@ def test_it_reads_nvml_through_the_nvidia_runtime_unprivileged():
     assert spec["nodeSelector"] == {"nvidia.com/gpu.deploy.container-toolkit": "true"}
     assert "initContainers" not in spec
     agent = container(ds, "node-inventory")
-    assert agent["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+    assert agent["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
     assert agent["args"] == ["inventory"]
     assert {k: v for k, v in env_of(agent).items() if k != "NODE_NAME"} == {
         "CONFIG_FILE": "/etc/gpu-stack/node-pools.json",

@@ -289,7 +289,7 @@ def _import(policy_spec: dict, *, proxy=PROXY, builds=(OLD, NEW)):
     policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "gpu-cluster-policy"},
               "spec": policy_spec, "status": {"namespace": "nvidia-gpu-operator"}}
     nodes = {"apiVersion": "v1", "kind": "List", "items": [_node(f"gpu-{i}", b) for i, b in enumerate(builds)]}
-    facts_ = ClusterFacts("ocp-admin", "harbor.platform.internal/gpu-stack/node-agent:0.9.0", openshift_version="4.16",
+    facts_ = ClusterFacts("ocp-admin", "harbor.platform.internal/gpu-stack/node-agent:0.10.0", openshift_version="4.16",
                           imagestream=IMAGESTREAM, proxy=proxy)
     return importer.import_cluster_policy(importer.cluster_policy_of(policy, "test"), facts_, nodes=importer.nodes_of(nodes, "--nodes"))
 

@@ -30,7 +30,7 @@ from gpustack.mockrun import run_program
 from stacktest import STACKS, bag, render, stack_config
 
 FACTS = ClusterFacts(
-    "prod-admin", "harbor.platform.internal/gpu-stack/node-agent:0.9.0", kubernetes_versions=("1.31",),
+    "prod-admin", "harbor.platform.internal/gpu-stack/node-agent:0.10.0", kubernetes_versions=("1.31",),
     gpu_models=((None, "L40S"),), os="ubuntu22.04",
 )
 PASSWORD_KEY = "gpu-stack:registryPassword"

@@ -326,7 +326,7 @@ def test_import_never_copies_or_prints_a_credential(tmp_path, capsys):
     source = tmp_path / "clusterpolicy.yaml"
     source.write_text(yaml.safe_dump(policy))
     out = tmp_path / "Pulumi.lab.yaml"
-    code = main(["import", "--context", "lab-admin", "--node-agent-image", "harbor.platform.internal/gpu-stack/node-agent:0.9.0",
+    code = main(["import", "--context", "lab-admin", "--node-agent-image", "harbor.platform.internal/gpu-stack/node-agent:0.10.0",
                  "--kubernetes-version", "1.32", "--gpu-model", "L4", "--os", "ubuntu22.04",
                  "--clusterpolicy", str(source), "--stack", "lab", "--out", str(out)])
     assert code == 0
@@ -350,7 +350,7 @@ def test_a_malformed_import_input_never_echoes_a_credential_or_a_huge_value(tmp_
                 broken["spec"][other] = {}
         source = tmp_path / f"{section}.yaml"
         source.write_text(yaml.safe_dump(broken))
-        code = main(["import", "--context", "lab-admin", "--node-agent-image", "harbor.platform.internal/gpu-stack/node-agent:0.9.0",
+        code = main(["import", "--context", "lab-admin", "--node-agent-image", "harbor.platform.internal/gpu-stack/node-agent:0.10.0",
                      "--kubernetes-version", "1.32", "--gpu-model", "L4", "--os", "ubuntu22.04",
                      "--clusterpolicy", str(source), "--stack", "lab", "--out", str(tmp_path / "Pulumi.lab.yaml")])
         assert code == 2

@@ -4,7 +4,7 @@ each token on a GPU node can write before and after the node-bound policies."""
 from __future__ import annotations
 
 from gpustack import security
-from stacktest import objects, render_stack
+from stacktest import objects, render_stack, stack_objects
 
 
 def rows(text: str) -> dict[str, list[list[str]]]:
@@ -34,3 +34,27 @@ def test_every_daemonsets_account_has_its_row_with_what_a_stolen_token_can_still
     worker = page["node-feature-discovery-worker"][1]
     assert "`nodes` patch, update" in worker[1] and "nodes" not in worker[2]
     assert page["nvidia-dcgm"][0][2] == "no"
+
+
+# The release before the node-bound policies (gpu-stack 0.9.0): the page's "before" column adds the catalogued
+# grants it dropped (components/catalogs/token_reach.py) to today's RBAC, so the catalog is held to that release's
+# own render here. kubevirt runs the driver, the vGPU and VFIO managers, NFD's worker and the node agent; a100-mig
+# runs DCGM, whose token went.
+PREVIOUS_RELEASE = "4e7ecf7"
+
+
+def test_the_before_column_is_what_the_previous_release_rendered():
+    from gpustack.diff import render_at_ref
+    from gpustack.render import objects_in_order
+
+    for stack in ("kubevirt", "a100-mig"):
+        recording, _ = render_at_ref(stack, PREVIOUS_RELEASE)
+        then = security.accounts({stack: [obj for _, obj in objects_in_order(recording)]})
+        now = security.accounts({stack: list(stack_objects(stack))})
+        for name, account in now.items():
+            if name not in then:
+                continue  # an account the release did not have (NFD's worker ran as the master's)
+            was = then[name]
+            assert security.before(account) == (security.describe(security.writes(was.grants)) if was.token else "no token"), name
+        worker = now["node-feature-discovery-worker"]
+        assert security.before(worker) == security.describe(security.writes(then["node-feature-discovery"].grants))

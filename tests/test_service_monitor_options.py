@@ -123,7 +123,7 @@ def test_unset_options_render_nothing():
 # --- import ---------------------------------------------------------------------------------------------------
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusterpolicy"
-AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+AGENT = "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
 
 
 def run_import(monitor: dict[str, Any], **spec: Any) -> importer.ImportResult:

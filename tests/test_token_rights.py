@@ -22,7 +22,7 @@ PINNED: dict[str, dict[str, str]] = {
         "resource.nvidia.com/computedomains/status": "get list patch update watch",
     },
     "gpu-stack-node-inventory": {"nodes": "get patch"},
-    "gpu-stack-node-labeler": {  # no eviction, no Leases, no ConfigMap creation (node agent 0.9.0)
+    "gpu-stack-node-labeler": {  # no eviction, no Leases, no ConfigMap creation (node agent 0.10.0)
         "apps/controllerrevisions (ns)": "list",
         "apps/daemonsets (ns)": "get",
         "configmaps[gpu-stack-upgrade-budget] (ns)": "get patch",

@@ -20,7 +20,7 @@ AGENT = "gpu-stack:nodeAgent.image"
 WAIT = {"podSelector": "workload-class in (training,batch),gpu-stack/no-wait!=true", "timeoutSeconds": 900}
 
 
-def with_wait(wait: Any = None, *, agent: str | None = "harbor.platform.internal/gpu-stack/node-agent:0.9.0",
+def with_wait(wait: Any = None, *, agent: str | None = "harbor.platform.internal/gpu-stack/node-agent:0.10.0",
               **upgrade: Any) -> dict[str, Any]:
     config = stack_config("prod-managed")
     config["gpu-stack:upgrade"].pop("waitForCompletion", None)
@@ -68,7 +68,7 @@ def test_a_huge_selector_is_not_echoed_back():
 def test_an_agent_without_the_subcommand_is_refused_by_its_key():
     # 0.4.0 has no wait-for-completion step; every agent the image check admits (0.6.0 and later) has it.
     found = problems(with_wait(WAIT, agent="harbor.platform.internal/gpu-stack/node-agent:0.4.0"))
-    assert [p for p, _ in found] == [AGENT] and "use 0.9.0 or later" in found[0][1]
+    assert [p for p, _ in found] == [AGENT] and "use 0.10.0 or later" in found[0][1]
 
 
 def test_good_values_and_unknowable_agent_versions_are_accepted():
@@ -82,7 +82,7 @@ def test_good_values_and_unknowable_agent_versions_are_accepted():
 
 def test_a_stack_without_driver_daemonsets_has_nothing_to_wait_in():
     config = stack_config("onprem-host-driver")
-    config["gpu-stack:nodeAgent"]["image"] = "registry.dc2.corp:5000/gpu-stack/node-agent:0.9.0"
+    config["gpu-stack:nodeAgent"]["image"] = "registry.dc2.corp:5000/gpu-stack/node-agent:0.10.0"
     config.setdefault("gpu-stack:upgrade", {})["waitForCompletion"] = WAIT
     assert any(p == KEY and "no pool gets a driver DaemonSet" in m for p, m in problems(config))
 
@@ -110,7 +110,7 @@ def test_driver_pods_wait_first_and_nothing_else_changes():
         assert [c["name"] for c in spec["initContainers"]] == ["wait-for-completion", "k8s-driver-manager"]
         assert [c["name"] for c in old["initContainers"]] == ["k8s-driver-manager"]
         wait = container(ds, "wait-for-completion")
-        assert wait["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.9.0"
+        assert wait["image"] == "harbor.platform.internal/gpu-stack/node-agent:0.10.0"
         assert wait["args"] == ["wait-for-completion"] and "command" not in wait
         assert env_of(wait) == {
             "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},

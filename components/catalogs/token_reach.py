@@ -1,5 +1,5 @@
 """What the ServiceAccount tokens on GPU nodes could write elsewhere, as data: NVIDIA's GPU Operator's grants, and
-what gpu-stack 0.8.0 granted beyond what it grants now. docs/security.md sets them beside the render's own RBAC
+what gpu-stack 0.9.0 granted beyond what it grants now. docs/security.md sets them beside the render's own RBAC
 (gpustack/security.py). Standard library only, like every catalog.
 
 NVIDIA's: the operator's assets (GO:assets/<state>/02*_role.yaml, 021*_clusterrole.yaml; fact sheet Appendix B),
@@ -11,7 +11,8 @@ which run NFD's worker as the master's ServiceAccount (GO:deployments/gpu-operat
 from __future__ import annotations
 
 # (API group, resources, verbs, "cluster" or "namespace")
-Grant = tuple[str, tuple[str, ...], tuple[str, ...], str]
+# (API group, resources, verbs, "cluster" or "namespace"), and the resourceNames where the rule names some.
+Grant = tuple  # (str, tuple[str, ...], tuple[str, ...], str) or (str, tuple[str, ...], tuple[str, ...], str, tuple[str, ...])
 
 _NODES_PATCH: Grant = ("", ("nodes",), ("patch",), "cluster")
 _EVICT: Grant = ("", ("pods/eviction",), ("create",), "cluster")
@@ -68,19 +69,25 @@ NVIDIA_WRITES: dict[str, tuple[Grant, ...]] = {
 # with cluster-wide rights, labels the nodes and drives upgrades.
 NVIDIA_ABSENT = ("gpu-stack-node-labeler", "gpu-stack-node-inventory")
 
-# What gpu-stack 0.8.0 granted these accounts beyond 0.9.0's RBAC (and no node-bound admission policy kept any write
+# What gpu-stack 0.9.0 granted these accounts beyond 0.10.0's RBAC (and no node-bound admission policy kept any write
 # on the token's node): the agents' own evictions and the grants of agents before 0.8.0, the driver managers'
 # evictions, and NFD's worker running as the master's account.
-REMOVED_IN_0_9_0: dict[str, tuple[Grant, ...]] = {
+REMOVED_IN_0_10_0: dict[str, tuple[Grant, ...]] = {
     "gpu-stack-node-labeler": (
         _EVICT,
-        ("", ("configmaps",), ("create", "update"), "namespace"),
+        ("", ("configmaps",), ("create",), "namespace"),
+        ("", ("configmaps",), ("update",), "namespace", ("gpu-stack-upgrade-budget",)),
         ("coordination.k8s.io", ("leases",), ("create", "delete", "update"), "namespace"),
     ),
     "nvidia-driver": (_EVICT,),
     "nvidia-vgpu-manager": (_EVICT,),
     "nvidia-vfio-manager": (_EVICT,),
-    "node-feature-discovery-worker": NVIDIA_WRITES["node-feature-discovery-worker"],
+    # the master's account, as rendered (its leader-election Lease granted cluster-wide, by name for update)
+    "node-feature-discovery-worker": (
+        *(grant for grant in NVIDIA_WRITES["node-feature-discovery-worker"] if grant[1] != ("leases",)),
+        ("coordination.k8s.io", ("leases",), ("create",), "cluster"),
+        ("coordination.k8s.io", ("leases",), ("update",), "cluster", ("nfd-master.nfd.kubernetes.io",)),
+    ),
 }
-# Accounts whose pods mounted a token in 0.8.0 and mount none now (they never call the API server).
-TOKEN_REMOVED_IN_0_9_0 = ("nvidia-dcgm",)
+# Accounts whose pods mounted a token in 0.9.0 and mount none now (they never call the API server).
+TOKEN_REMOVED_IN_0_10_0 = ("nvidia-dcgm",)

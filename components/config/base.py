@@ -244,7 +244,7 @@ def _pinned_image(value: Optional[str]) -> Optional[str]:
     ref = parse_image(value)
     if ref.digest is None:
         if ref.tag is None:
-            raise ValueError(f"{shown(value)} has no tag; pin it, e.g. harbor.platform.internal/gpu-stack/node-agent:0.9.0")
+            raise ValueError(f"{shown(value)} has no tag; pin it, e.g. harbor.platform.internal/gpu-stack/node-agent:0.10.0")
         _image_version(ref.tag)
     return value
 

@@ -292,12 +292,12 @@ class Nfd(_Model):
 # The node-pools document this program writes is version 4 (components/states/node_labeler.py), and the program runs
 # the upgrade coordinator (`coordinate`, components/kit/upgrade_coordinator.py), which grants the budget's slots,
 # also for the VM pools' vGPU and VFIO managers, and carries out the drains the agents ask for: the agents' token no
-# longer evicts (it runs where tenants' code runs). 0.9.0 is the first agent image that does both. With 0.8.0 the
-# managers never roll, the agents' evictions are refused and its coordinator drains nothing, so a drain would never
-# end; older images have no coordinator at all, or refuse the document (before 0.7.0). A stack would apply and then
+# longer evicts (it runs where tenants' code runs). 0.10.0 is the first agent image that does both. With 0.9.0 or
+# 0.8.0 the agents' evictions are refused and their coordinator drains nothing, so a drain would never end (and 0.8.0
+# never rolls the managers); older images have no coordinator at all, or refuse the document (before 0.7.0). A stack would apply and then
 # never upgrade: refused here, where the tag says so (a digest cannot be judged and
 # is taken on trust).
-MIN_NODE_AGENT_VERSION = (0, 9, 0)
+MIN_NODE_AGENT_VERSION = (0, 10, 0)
 _SEMVER_TAG = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:[-+].*)?")
 
 

@@ -1,5 +1,5 @@
 """The upgrade coordinator: the one process that grants the fleet's disruption budget (node agent 0.8.0 and later)
-and carries out the drains the agents ask for (0.9.0 and later).
+and carries out the drains the agents ask for (0.10.0 and later).
 
 The node agents no longer take slots of the budget ConfigMap themselves: a node waiting in line would have to poll
 it (at 10,000 nodes that was about 1,800 requests/s), and first-come-first-served would need a queue all of them
@@ -38,7 +38,7 @@ from components.kit.rbac import rbac_set, rule
 
 NAME = "gpu-stack-upgrade-coordinator"
 # Nodes: the nodes waiting in line or holding a slot, and those with a managed driver (what a percentage counts),
-# watched as metadata; the grant is an annotation on the node. Pods and evictions (node agent 0.9.0): the drains the
+# watched as metadata; the grant is an annotation on the node. Pods and evictions (node agent 0.10.0): the drains the
 # agents ask for, each node's pods listed by a spec.nodeName field selector and only those bound to the node that
 # asked evicted. The one token of the stack that evicts, on a pod kept off the GPU nodes where it can.
 CLUSTER_RULES = (

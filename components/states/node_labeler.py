@@ -187,8 +187,8 @@ def agent_config(
 # own Node (watched by a metadata.name field selector, which RBAC cannot name per node), its labels, the cordon and
 # the handshake with the coordinator, drain requests included. Pods: the GPU work on its node (cluster-wide, by
 # field selector, watched while the node waits for it to end), which a change must not pull the operands from
-# under. No `pods/eviction` (node agent 0.9.0): the coordinator evicts for it, pods of its node alone. Agents of
-# 0.8.0 still running while the DaemonSet rolls are refused (403) if they were draining: they exit, are replaced
+# under. No `pods/eviction` (node agent 0.10.0): the coordinator evicts for it, pods of its node alone. Agents of
+# 0.9.0 still running while the DaemonSet rolls are refused (403) if they were draining: they exit, are replaced
 # first (the DaemonSet controller replaces an unavailable pod ahead of the others), and the new agent resumes the
 # slot and asks the coordinator.
 CLUSTER_RULES = (
@@ -197,11 +197,11 @@ CLUSTER_RULES = (
 )
 # In the operands' namespace. The budget ConfigMap, which the coordinator creates at run time (Pulumi never declares
 # it, or a `pulumi up` would reset the slots in use): an agent reads its slot and gives it back or marks it failed
-# (patch), as agents of 0.8.0 did. Driver pods: deleting the node's outdated one is the upgrade (and a handover).
+# (patch), as agents of 0.8.0 and 0.9.0 did. Driver pods: deleting the node's outdated one is the upgrade (and a handover).
 # DaemonSets and ControllerRevisions: whether the driver DaemonSet in the cluster already carries the template the
 # document names, and which pods are of it. The grants of agents before 0.8.0 (configmaps create and update, the
-# Leases of agents before 0.6.0) are gone: this program needs 0.9.0 (components/config/cluster.py), and the release
-# before it, 0.8.0, already did not run them.
+# Leases of agents before 0.6.0) are gone: this program needs 0.10.0 (components/config/cluster.py), and
+# neither 0.9.0 nor 0.8.0 ran them.
 ROLE_RULES = (
     rule([""], ["pods"], ["delete"]),
     rule([""], ["configmaps"], ["get", "patch"], [BUDGET_CONFIGMAP]),

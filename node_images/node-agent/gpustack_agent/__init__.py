@@ -19,4 +19,4 @@ disruptions: the budget, evictions, driver upgrades) and :mod:`.completion` (cor
 uncordon) are the only modules that talk to the API server.
 """
 
-__version__ = "0.9.0"
+__version__ = "0.10.0"

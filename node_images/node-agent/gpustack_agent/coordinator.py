@@ -14,7 +14,7 @@ waiting in line or holding a slot (``gpu-stack/upgrade-state``) and the nodes wi
   A grant is a compare-and-swap on the budget ConfigMap, then the ``gpu-stack/slot-grant`` annotation on the node;
 - frees: a holder whose Node was deleted (seen at once, confirmed by a read), and a grant that never reached a
   node that no longer needs it. A node gives its own slot back when it is through;
-- drains (0.9.0): a holder that asks for one on its Node (:mod:`.drains`) has the pods it names evicted, those
+- drains (0.10.0): a holder that asks for one on its Node (:mod:`.drains`) has the pods it names evicted, those
   bound to it alone, while the budget holds its slot under the grant it names. The coordinator is the only
   holder of ``pods/eviction`` in the stack, and runs off the GPU nodes where it can.
 

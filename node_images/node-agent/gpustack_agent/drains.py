@@ -1,4 +1,4 @@
-"""A drain asked for by a node and carried out by the upgrade coordinator (from 0.9.0).
+"""A drain asked for by a node and carried out by the upgrade coordinator (from 0.10.0).
 
 The node agent runs on a GPU node, where tenants' code runs: a token stolen there must not evict a pod on any other
 node, and the Eviction API cannot be limited by admission to one node (an eviction's admission request carries the
@@ -30,7 +30,7 @@ from . import pods as podinfo
 from . import removal
 
 DRAIN_ANNOTATION = "gpu-stack/drain-request"
-# As before 0.9.0, when the agent evicted: a refused eviction is asked again this often (KubeVirt restarts a
+# As before 0.10.0, when the agent evicted: a refused eviction is asked again this often (KubeVirt restarts a
 # migration that failed; a PodDisruptionBudget's room frees elsewhere).
 EVICTION_RETRY_SECONDS = 30.0
 # An annotation is at most 256 KiB with all others on the object; a node runs at most a few hundred pods.
