@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from components.catalogs import token_reach
+from components.kit.node_claim import NODE_NAME_CLAIM
 from components.states import node_write_policy
 from gpustack import generated
 from gpustack.mockrun import PROJECT_DIR, Recording, run_program
@@ -92,7 +93,7 @@ def _node_judged(objects) -> dict[str, set[tuple[str, str]]]:
     for obj in objects:
         spec = obj.get("spec") or {}
         if obj["kind"] != "ValidatingAdmissionPolicy" or not any(
-                node_write_policy.NODE_NAME_CLAIM in v.get("expression", "") for v in spec.get("variables") or []):
+                NODE_NAME_CLAIM in v.get("expression", "") for v in spec.get("variables") or []):
             continue
         patterns = {(group, resource) for rule in spec["matchConstraints"]["resourceRules"]
                     for group in rule["apiGroups"] for resource in rule["resources"]}

@@ -52,6 +52,7 @@ from pulumi_kubernetes.apiextensions.v1 import (
     CustomResourceValidationArgs,
 )
 
+from components.kit.node_claim import REQUEST_NODE
 from components.kit.builders import also_after, meta
 from components.kit.rbac import SCC_USE, rule
 
@@ -411,11 +412,7 @@ def slice_policy(namespace: str, service_account: str, opts: pulumi.ResourceOpti
                 )
             ],
             variables=[
-                # the node a pod-bound ServiceAccount token was issued on
-                VariableArgs(
-                    name="requestNode",
-                    expression="request.userInfo.extra[?'authentication.kubernetes.io/node-name'][0].orValue('')",
-                ),
+                REQUEST_NODE,
                 VariableArgs(name="slice", expression="request.operation == 'DELETE' ? oldObject : object"),
             ],
             validations=[

@@ -57,10 +57,10 @@ from pulumi_kubernetes.admissionregistration.v1 import (
 
 from components.config import StackConfig
 from components.kit.builders import also_after, meta
+from components.kit.node_claim import NODE_NAME_CLAIM, REQUEST_NODE
 from components.states.node_labeler import BUDGET_CONFIGMAP
 from components.kit.sources import decided_by
 
-NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
 NODE_FEATURE_NODE_LABEL = "nfd.node.kubernetes.io/node-name"
 NODE_FEATURE_GROUP = "nfd.k8s-sigs.io"
 # The MIG manager keeps its node's applied config in `<node>-mig-config` (MP:cmd/nvidia-mig-manager/main.go).
@@ -72,10 +72,6 @@ POLICY_PREFIX = "gpu-stack-node-bound-"
 WRITES = ["CREATE", "UPDATE", "DELETE"]
 DAEMONSET_TYPE = "kubernetes:apps/v1:DaemonSet"
 
-REQUEST_NODE = VariableArgs(
-    name="requestNode",
-    expression=f"request.userInfo.extra[?'{NODE_NAME_CLAIM}'][0].orValue('')",
-)
 CLAIMED = ValidationArgs(
     expression="variables.requestNode != ''",
     message=(f"the token carries no node ({NODE_NAME_CLAIM}): this ServiceAccount writes only from a pod's token, "
