@@ -248,7 +248,7 @@ def test_vgpu_manager_rbac_is_the_drivers(recording):
         (("config.openshift.io",), ("clusterversions",), ("get", "list"), ()),
         (("",), ("nodes",), ("get", "list", "patch", "update", "watch"), ()),
         (("",), ("pods",), ("get", "list", "watch"), ()),
-        # no `pods/eviction` with rolling upgrades (components/states/driver/state.py manager_evicts).
+        # no `pods/eviction` with rolling upgrades (components/states/driver/manager.py manager_evicts).
         # k8s-driver-manager finds GPU pods allocated through DRA before it unloads the driver
         (("resource.k8s.io",), ("resourceclaims",), ("get", "list"), ()),
         (("apps",), ("daemonsets",), ("get",), ()),

@@ -38,7 +38,7 @@ from components.kit.deferred import Later
 from components.kit.rbac import rbac_set, rule
 from components.config import NodePool, Upgrade
 from components.states.driver.targets import DriverTarget, targets_of_pool
-from components.states.driver.state import driver_manager_env
+from components.states.driver.manager import driver_manager_env
 from components.states.validation_gate import expected_nodes_env, gate_job, gate_rules, validator_daemonsets
 
 NAME = "gpu-stack-wave-gate"

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from components.config import NAMESPACE, node_images
 from components.kit import naming
-from components.states.driver.targets import sanitize_kernel
+from components.kit.naming import sanitize_kernel
 from gpustack.importer.common import ImportInputError, _show, int_or_percent, shown_input, truthy
 
 DRIVER_MANAGER_ENV_DEFAULTS = {  # the state-driver asset's values (fact sheet §2.3)

@@ -65,8 +65,6 @@ from components.catalogs.openshift import DTK_DRIVER_VERB, DTK_ENTRYPOINT, NFD_O
 from components.kit import naming, sources
 from components.kit.builders import (
     NODE_NAME_ENV,
-    OPERATOR_NAMESPACE_ENV,
-    PRIVILEGED,
     PRIVILEGED_S0,
     DaemonSetParts,
     Operands,
@@ -83,7 +81,7 @@ from components.kit.builders import (
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import NodePool, Upgrade
-from components.config.keys import derived, flag
+from components.states.driver.manager import driver_manager, manager_evicts
 from components.states.driver.extensions import (
     pod_extensions,
     tuned,
@@ -134,60 +132,6 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def manager_evicts(upgrade: Upgrade) -> bool:
-    """Whether k8s-driver-manager evicts and drains by itself: only with `manual`. With `rolling` the node agent has
-    emptied the node (the coordinator evicting, gpu_stack_agent/drains.py) before it deletes a driver pod, so the
-    manager's own eviction is off and the driver's token, on every GPU node, holds no `pods/eviction`. A driver pod
-    someone deletes by hand then makes the manager wait, not evict: the new pod reuses a loaded driver of the same
-    install at once (DRIVER_CONFIG_DIGEST), and a new install cannot unload the old modules while GPU work holds
-    them, so the init container fails and retries until the work ended (or the node is drained: `kubectl drain`)."""
-    return upgrade.strategy == "manual"
-
-
-def driver_manager_env(upgrade: Upgrade, own: Optional[bool] = None) -> tuple[tuple[str, str], ...]:
-    """k8s-driver-manager's env, in the asset's order, from the stack's upgrade policy (fact sheet §5.3); `own`:
-    whether its own eviction and drain follow the policy (default: `manager_evicts`)."""
-    drain = upgrade.drain
-    own = manager_evicts(upgrade) if own is None else own
-    return (
-        ("NVIDIA_VISIBLE_DEVICES", "void"),  # the driver manager must run under runc, not the nvidia runtime
-        ("ENABLE_GPU_POD_EVICTION", flag(upgrade, "gpu_pod_eviction") if own else derived("false", upgrade.strategy)),
-        ("ENABLE_AUTO_DRAIN", flag(drain, "enabled") if own else derived("false", upgrade.strategy)),
-        ("DRAIN_USE_FORCE", flag(drain, "force")),
-        ("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
-        ("DRAIN_TIMEOUT_SECONDS", derived(f"{drain.timeout_seconds}s", drain.timeout_seconds)),
-        ("DRAIN_DELETE_EMPTYDIR_DATA", flag(drain, "delete_empty_dir_data")),
-    )
-
-
-def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequence = (),
-                   own_eviction: Optional[bool] = None) -> ContainerArgs:
-    """k8s-driver-manager in front of a host driver (the driver's, the vGPU manager's): it evicts the node's GPU
-    pods as the upgrade policy says (`driver_manager_env`) and unloads any NVIDIA driver before the new one loads."""
-    return ContainerArgs(
-        name="k8s-driver-manager",
-        image=image,
-        image_pull_policy="IfNotPresent",
-        command=["driver-manager"],
-        args=["uninstall_driver"],
-        env=[
-            NODE_NAME_ENV,
-            *(env(k, v) for k, v in driver_manager_env(upgrade, own_eviction)),
-            OPERATOR_NAMESPACE_ENV,
-            *gpudirect,
-            env("DRIVER_CONFIG_DIGEST", digest),
-        ],
-        security_context=PRIVILEGED,
-        volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-sys", "/sys"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-        ],
-    )
-
-
-
 CLUSTER_RULES = (
     rule(["config.openshift.io"], ["clusterversions"], ["get", "list"]),
     rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
@@ -201,6 +145,7 @@ EVICTION_RULE = rule([""], ["pods/eviction"], ["create"])
 def cluster_rules(upgrade: Upgrade) -> tuple:
     """The asset's ClusterRole, with `pods/eviction` only where the manager evicts (`manual`, `manager_evicts`)."""
     return (*CLUSTER_RULES, EVICTION_RULE) if manager_evicts(upgrade) else CLUSTER_RULES
+
 
 VOLUMES = (
     host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
@@ -257,135 +202,15 @@ def driver_daemonset_parts(
     `Driver`, its extensions (licence, repositories, CAs, module parameters, secretEnv, extra volumes, probe
     timings, host network) from `settings`."""
     ext = pod_extensions(settings, target.os_tag, precompiled=target.precompiled)
-    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     digest = config_digest(target)
     gpudirect = gpudirect_pod(target, ext)
     # With the Driver Toolkit the driver container prepares the sources and the DTK container builds them.
     on_openshift = openshift.pod_additions(target.openshift, digest, target.sidecars)
     dtk = on_openshift.toolkit
-    driver_env = [
-        RUNC_ONLY,
-        NODE_NAME_ENV,
-        env_from_field("NODE_IP", "status.hostIP"),
-        env("KERNEL_MODULE_TYPE", target.kernel_module_type),
-        *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
-        *gpudirect.driver_env,
-        env("DRIVER_CONFIG_DIGEST", digest),
-        *on_openshift.env,
-    ]
+    driver = _driver_container(target, ext, settings, validated_files, _driver_env(target, gpudirect, digest, on_openshift), on_openshift)
     manager = driver_manager(ops.images.driver_manager, upgrade, digest, gpudirect.manager_env)
-    startup = ProbeArgs(
-        exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
-        # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
-        initial_delay_seconds=5 if target.precompiled else 60,
-        failure_threshold=120,
-        success_threshold=1,
-        period_seconds=10,
-        timeout_seconds=60,
-    )
-    driver = ContainerArgs(
-        name="nvidia-driver-ctr",
-        image=target.image,
-        image_pull_policy="IfNotPresent",
-        command=[DTK_ENTRYPOINT] if dtk else ["nvidia-driver"],
-        args=[DTK_DRIVER_VERB] if dtk else ["init"],
-        env_from=ext.env_from,
-        env=driver_env,
-        security_context=PRIVILEGED_S0,
-        volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
-            mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
-            mount("var-log", "/var/log"),
-            mount("dev-log", "/dev/log"),
-            mount("host-os-release", "/host-etc/os-release", read_only=True),
-            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-            mount("host-sys-devices-system", "/sys/devices/system"),
-            mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-            mount("nv-firmware", "/lib/firmware"),
-            mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
-            *ext.driver_mounts,
-            *on_openshift.mounts,
-        ],
-        startup_probe=tuned(startup, settings.startup_probe),
-        # NVIDIA's driver container has no liveness probe for driver.livenessProbe to tune (the operator's
-        # setContainerProbe would dereference a missing one), so gpu-stack adds one only when asked: the startup
-        # check again, since it is what "the driver works" means here, and rewriting .driver-ctr-ready is idempotent.
-        liveness_probe=None if settings.liveness_probe is None else tuned(startup, settings.liveness_probe),
-        readiness_probe=tuned(ProbeArgs(
-            exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
-            period_seconds=10,
-            timeout_seconds=5,
-            success_threshold=1,
-            failure_threshold=1,
-        ), settings.readiness_probe),
-        lifecycle=LifecycleArgs(
-            pre_stop=LifecycleHandlerArgs(
-                exec_=ExecActionArgs(
-                    command=[
-                        "/bin/sh",
-                        "-c",
-                        f"rm -f {consts.VALIDATIONS_DIR}/{DRIVER_READY_FILE} {consts.VALIDATIONS_DIR}/{DAEMONS_STATUS_FILE}",
-                    ]
-                )
-            )
-        ),
-    )
-    # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
-    init_containers = [*wait_for_completion_containers(ops.images.node_agent, upgrade), manager]
-    wait_tolerations = wait_for_completion_tolerations(upgrade)
     labels = {COMPONENT_LABEL: NAME, PRECOMPILED_LABEL: _flag(target.precompiled), **on_openshift.pod_labels}
-    # Two driver pods on one node would unload each other's modules.
-    one_per_node = PodAntiAffinityArgs(
-        required_during_scheduling_ignored_during_execution=[
-            PodAffinityTermArgs(
-                label_selector=LabelSelectorArgs(
-                    match_expressions=[LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[NAME])]
-                ),
-                topology_key="kubernetes.io/hostname",
-            )
-        ]
-    )
-    # A driver built for one kernel (precompiled) or RHCOS build (Driver Toolkit) never runs on another, whichever
-    # DaemonSet the agent assigned the node to: a node that reboots into another leaves at once.
-    built_for = {
-        key: value for key, value in target.node_labels if key in (consts.NFD_KERNEL_FULL, NFD_OSTREE_VERSION)
-    }
-    if target.kernel:
-        built_for[consts.NFD_KERNEL_FULL] = target.kernel
-    if target.openshift is not None and target.openshift.rhcos:
-        built_for[NFD_OSTREE_VERSION] = target.openshift.rhcos
-    in_pools = None
-    if target.selects_pools:
-        # Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that
-        # writes gpu-stack/driver) those of its pools that run its OS. Terms are ORed, so a node never drops out of
-        # the selection while its labels catch up, and moving it to another DaemonSet is one label the agent
-        # changes: at the upgrade's pace, or at once when the node itself moved to another node image.
-        in_pools = NodeAffinityArgs(
-            required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
-                node_selector_terms=[
-                    NodeSelectorTermArgs(
-                        match_expressions=[
-                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="In", values=[target.daemonset])
-                        ]
-                    ),
-                    NodeSelectorTermArgs(
-                        match_expressions=[
-                            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="DoesNotExist"),
-                            NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools)),
-                            # Only nodes running the OS (and kernel) it is built for: the DaemonSets of one pool's
-                            # node images never select the same unassigned node.
-                            *(
-                                NodeSelectorRequirementArgs(key=key, operator="In", values=[value])
-                                for key, value in target.node_labels
-                                if key not in built_for  # the node selector below holds it for every node
-                            ),
-                        ]
-                    ),
-                ]
-            )
-        )
+    built_for = _built_for(target)
     parts = operand_daemonset_parts(
         target.daemonset,
         ops,
@@ -400,10 +225,11 @@ def driver_daemonset_parts(
         extra_node_selector=built_for or None,
         host_pid=True,
         host_network=settings.host_network or None,
-        affinity=AffinityArgs(node_affinity=in_pools, pod_anti_affinity=one_per_node),
+        affinity=AffinityArgs(node_affinity=_pool_affinity(target, built_for), pod_anti_affinity=ONE_DRIVER_POD_PER_NODE),
         update_strategy=UPDATE_STRATEGY,
-        init_containers=init_containers,
-        extra_tolerations=wait_tolerations,
+        # upgrade.waitForCompletion's wait comes first: k8s-driver-manager evicts GPU pods as soon as it runs.
+        init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
+        extra_tolerations=wait_for_completion_tolerations(upgrade),
         containers=[driver, *gpudirect.containers, *([dtk] if dtk else [])],
         volumes=[
             *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
@@ -417,6 +243,145 @@ def driver_daemonset_parts(
     )
     # The RHCOS build labels the DaemonSet only, as the operator's: its pods are told apart by the node selector.
     return parts.labelled(on_openshift.daemonset_labels)
+
+
+def _driver_env(target: DriverTarget, gpudirect, digest: str, on_openshift) -> list:
+    return [
+        RUNC_ONLY,
+        NODE_NAME_ENV,
+        env_from_field("NODE_IP", "status.hostIP"),
+        env("KERNEL_MODULE_TYPE", target.kernel_module_type),
+        *([env("OPEN_KERNEL_MODULES_ENABLED", "true")] if target.kernel_module_type == "open" else []),
+        *gpudirect.driver_env,
+        env("DRIVER_CONFIG_DIGEST", digest),
+        *on_openshift.env,
+    ]
+
+
+def _startup_probe(target: DriverTarget) -> ProbeArgs:
+    return ProbeArgs(
+        exec_=ExecActionArgs(command=["sh", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}"]),
+        # precompiled images only load modules, so they are probed sooner (GO:internal/state/driver.go)
+        initial_delay_seconds=5 if target.precompiled else 60,
+        failure_threshold=120,
+        success_threshold=1,
+        period_seconds=10,
+        timeout_seconds=60,
+    )
+
+
+# Before the pod stops, the node's validations of this driver go: nothing on the node trusts a driver being removed.
+DRIVER_PRE_STOP = LifecycleArgs(
+    pre_stop=LifecycleHandlerArgs(
+        exec_=ExecActionArgs(
+            command=[
+                "/bin/sh",
+                "-c",
+                f"rm -f {consts.VALIDATIONS_DIR}/{DRIVER_READY_FILE} {consts.VALIDATIONS_DIR}/{DAEMONS_STATUS_FILE}",
+            ]
+        )
+    )
+)
+
+
+def _driver_container(target: DriverTarget, ext, settings: DriverSettings, validated_files: ValidatedFiles,
+                      driver_env: list, on_openshift) -> ContainerArgs:
+    startup = _startup_probe(target)
+    dtk = on_openshift.toolkit
+    node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
+    return ContainerArgs(
+        name="nvidia-driver-ctr",
+        image=target.image,
+        image_pull_policy="IfNotPresent",
+        command=[DTK_ENTRYPOINT] if dtk else ["nvidia-driver"],
+        args=[DTK_DRIVER_VERB] if dtk else ["init"],
+        env_from=ext.env_from,
+        env=driver_env,
+        security_context=PRIVILEGED_S0,
+        volume_mounts=[*DRIVER_MOUNTS, *ext.driver_mounts, *on_openshift.mounts],
+        startup_probe=tuned(startup, settings.startup_probe),
+        # NVIDIA's driver container has no liveness probe for driver.livenessProbe to tune (the operator's
+        # setContainerProbe would dereference a missing one), so gpu-stack adds one only when asked: the startup
+        # check again, since it is what "the driver works" means here, and rewriting .driver-ctr-ready is idempotent.
+        liveness_probe=None if settings.liveness_probe is None else tuned(startup, settings.liveness_probe),
+        readiness_probe=tuned(ProbeArgs(
+            exec_=ExecActionArgs(command=["sh", "-c", node_validated]),
+            period_seconds=10,
+            timeout_seconds=5,
+            success_threshold=1,
+            failure_threshold=1,
+        ), settings.readiness_probe),
+        lifecycle=DRIVER_PRE_STOP,
+    )
+
+
+DRIVER_MOUNTS = (
+    mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
+    mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+    mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+    mount("var-log", "/var/log"),
+    mount("dev-log", "/dev/log"),
+    mount("host-os-release", "/host-etc/os-release", read_only=True),
+    mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+    mount("host-sys-devices-system", "/sys/devices/system"),
+    mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+    mount("nv-firmware", "/lib/firmware"),
+    mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
+)
+
+# Two driver pods on one node would unload each other's modules.
+ONE_DRIVER_POD_PER_NODE = PodAntiAffinityArgs(
+    required_during_scheduling_ignored_during_execution=[
+        PodAffinityTermArgs(
+            label_selector=LabelSelectorArgs(
+                match_expressions=[LabelSelectorRequirementArgs(key=COMPONENT_LABEL, operator="In", values=[NAME])]
+            ),
+            topology_key="kubernetes.io/hostname",
+        )
+    ]
+)
+
+
+def _built_for(target: DriverTarget) -> dict[str, str]:
+    """A driver built for one kernel (precompiled) or RHCOS build (Driver Toolkit) never runs on another, whichever
+    DaemonSet the agent assigned the node to: a node that reboots into another leaves at once."""
+    built_for = {
+        key: value for key, value in target.node_labels if key in (consts.NFD_KERNEL_FULL, NFD_OSTREE_VERSION)
+    }
+    if target.kernel:
+        built_for[consts.NFD_KERNEL_FULL] = target.kernel
+    if target.openshift is not None and target.openshift.rhcos:
+        built_for[NFD_OSTREE_VERSION] = target.openshift.rhcos
+    return built_for
+
+
+def _pool_affinity(target: DriverTarget, built_for: Mapping[str, str]) -> Optional[NodeAffinityArgs]:
+    """Its nodes: those the agent assigned to this DaemonSet, or (nodes not yet labelled by a node agent that writes
+    gpu-stack/driver) those of its pools that run its OS. Terms are ORed, so a node never drops out of the selection
+    while its labels catch up, and moving it to another DaemonSet is one label the agent changes: at the upgrade's
+    pace, or at once when the node itself moved to another node image."""
+    if not target.selects_pools:
+        return None
+    assigned = NodeSelectorTermArgs(
+        match_expressions=[NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="In", values=[target.daemonset])]
+    )
+    unassigned = NodeSelectorTermArgs(
+        match_expressions=[
+            NodeSelectorRequirementArgs(key=consts.DRIVER_DAEMONSET_LABEL, operator="DoesNotExist"),
+            NodeSelectorRequirementArgs(key=consts.POOL_LABEL, operator="In", values=list(target.pools)),
+            # Only nodes running the OS (and kernel) it is built for: the DaemonSets of one pool's node images never
+            # select the same unassigned node.
+            *(
+                NodeSelectorRequirementArgs(key=key, operator="In", values=[value])
+                for key, value in target.node_labels
+                if key not in built_for  # the node selector holds it for every node
+            ),
+        ]
+    )
+    return NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=NodeSelectorArgs(node_selector_terms=[assigned, unassigned])
+    )
 
 
 def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:

@@ -23,7 +23,6 @@ from components.config import NodePool, StackConfig
 from components.config.image_lists import DriverFlavour
 from components.states.driver.images import os_tagged, sidecar_parts
 from components.states.driver.extensions import digest_material
-from components.kit.naming import sanitize_kernel  # noqa: F401  (the importer's, from here)
 from node_images import catalog as node_image_catalog
 
 

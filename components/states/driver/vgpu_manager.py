@@ -67,7 +67,8 @@ from components.states.driver.targets import OpenShiftDriver
 from components.states.driver.openshift import driver_env, driver_mounts, driver_volumes, toolkit_container, toolkit_labels
 from components.kit.rbac import SCC_USE, rbac_set
 from components.states.driver.rolled import UPDATE_STRATEGY, RolledDaemonSet, agent_rolled
-from components.states.driver.state import COMPONENT_LABEL, PRECOMPILED_LABEL, cluster_rules, driver_manager
+from components.states.driver.manager import driver_manager
+from components.states.driver.state import COMPONENT_LABEL, PRECOMPILED_LABEL, cluster_rules
 from components.states.driver.state import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
