@@ -16,7 +16,6 @@ from pulumi_kubernetes.core.v1 import (
     CapabilitiesArgs,
     ConfigMapVolumeSourceArgs,
     ContainerArgs,
-    EmptyDirVolumeSourceArgs,
     EnvVarArgs,
     EnvVarSourceArgs,
     ExecActionArgs,
@@ -247,6 +246,12 @@ def register_daemonset(name: str, parts: DaemonSetParts, opts: pulumi.ResourceOp
     return k8s.apps.v1.DaemonSet(name, metadata=parts.metadata, spec=parts.spec, opts=opts)
 
 
+# Every operand is `skipAwait`: ordering between components happens per node through the validation files (fact
+# sheet §1.3), and awaiting DaemonSets would hang `pulumi up` on OnDelete updates and sick nodes. Stack health is
+# reported by the validation gate instead.
+NOT_AWAITED = {consts.SKIP_AWAIT: "true"}
+
+
 def operand_daemonset_parts(
     name: str,
     ops: Operands,
@@ -281,46 +286,25 @@ def operand_daemonset_parts(
     named (per pool, per node image, per RHCOS build), so an override reaches all of them by the one rule. Neither
     the name nor the deploy label would do: names are made per pool and build, and the node inventory and the MPS
     control daemon select by other operands' deploy labels.
-
-    Every operand is `skipAwait`: ordering between components happens per node through the validation files
-    (fact sheet §1.3), and awaiting DaemonSets would hang `pulumi up` on OnDelete updates and sick nodes. Stack
-    health is reported by the validation gate instead.
     """
-    if operand is not None and operand not in operand_targets.OPERANDS:
-        raise ValueError(f"DaemonSet {name}: {operand!r} is no gpu-stack:operands key")
     ds = ops.daemonsets
-    # preProcessDaemonSet's host-path transforms: the states render NVIDIA's defaults, moved here by volume name.
-    volumes, init_containers, containers = apply_host_paths(ops.host_paths, volumes, init_containers, containers)
-    # `gpu-stack:operands`: pod-level settings of the DaemonSet's own operand; container-level ones of every operand
-    # with a container here (the driver's pods also run k8s-driver-manager and the GPUDirect sidecars).
+    volumes, init_containers, containers, in_pod = _placed_and_overridden(name, ops, operand, volumes, init_containers, containers)
     override = ops.overrides.get(operand) if operand else None
-    init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
-    containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)
-    in_pod = operands_in_pod([*init_containers, *containers], operand, ops.overrides, ops.operand_images)
+    node_selector = {**({consts.deploy_label(deploy_component): "true"} if deploy_component else {}), **(extra_node_selector or {})}
     selector = selector_labels or {"app": name}
     pod_labels = {**ds.labels, **(override.labels if override else {}), **selector, **(labels or {})}
     pod_annotations = {**ds.annotations, **(override.annotations if override else {}), **(template_annotations or {})}
-    node_selector = {consts.deploy_label(deploy_component): "true"} if deploy_component else {}
-    node_selector.update(extra_node_selector or {})
-    if update_strategy is not None:
-        strategy = update_strategy
-    elif ds.update_strategy == "OnDelete":
-        strategy = DaemonSetUpdateStrategyArgs(type="OnDelete")
-    else:
-        strategy = DaemonSetUpdateStrategyArgs(
-            type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=ds.max_unavailable)
-        )
     return DaemonSetParts(
         metadata=meta(
             name,
             ops.namespace,
             # The operand's own labels mark the DaemonSet too, as NVIDIA's labels mark the objects they render.
-            {**ds.labels, **(override.labels if override else {}), **selector, **(labels or {}), **ops.extra_labels},
-            {consts.SKIP_AWAIT: "true", **ds.annotations, **(annotations or {})},
+            {**pod_labels, **ops.extra_labels},
+            {**NOT_AWAITED, **ds.annotations, **(annotations or {})},
         ),
         spec=DaemonSetSpecArgs(
             selector=LabelSelectorArgs(match_labels=selector),
-            update_strategy=strategy,
+            update_strategy=update_strategy or _update_strategy(ds),
             template=PodTemplateSpecArgs(
                 metadata=ObjectMetaArgs(labels=pod_labels, annotations=pod_annotations or None),
                 spec=PodSpecArgs(
@@ -339,16 +323,42 @@ def operand_daemonset_parts(
                     termination_grace_period_seconds=termination_grace_period_seconds,
                     runtime_class_name=ops.runtime_class if runtime_class else None,
                     resource_claims=list(resource_claims) or None,
-                    image_pull_secrets=[
-                        LocalObjectReferenceArgs(name=s) for s in pull_secrets(ops.pull_secrets, (ops.overrides.get(k) for k in in_pod))
-                    ]
-                    or None,
+                    image_pull_secrets=_pull_secret_refs(ops, in_pod),
                     init_containers=list(init_containers) or None,
                     containers=list(containers),
                     volumes=list(volumes),
                 ),
             ),
         ),
+    )
+
+
+def _placed_and_overridden(name: str, ops: Operands, operand: Optional[str], volumes, init_containers, containers):
+    """The pod's volumes and containers with the stack's host paths and operand overrides applied, and the operands
+    with a container in it."""
+    if operand is not None and operand not in operand_targets.OPERANDS:
+        raise ValueError(f"DaemonSet {name}: {operand!r} is no gpu-stack:operands key")
+    # preProcessDaemonSet's host-path transforms: the states render NVIDIA's defaults, moved here by volume name.
+    volumes, init_containers, containers = apply_host_paths(ops.host_paths, volumes, init_containers, containers)
+    # `gpu-stack:operands`: pod-level settings of the DaemonSet's own operand; container-level ones of every operand
+    # with a container here (the driver's pods also run k8s-driver-manager and the GPUDirect sidecars).
+    init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
+    containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)
+    in_pod = operands_in_pod([*init_containers, *containers], operand, ops.overrides, ops.operand_images)
+    return volumes, init_containers, containers, in_pod
+
+
+def _pull_secret_refs(ops: Operands, in_pod) -> Optional[list[LocalObjectReferenceArgs]]:
+    """The stack's pull secrets and those of every operand with a container in the pod."""
+    return [LocalObjectReferenceArgs(name=s) for s in pull_secrets(ops.pull_secrets, (ops.overrides.get(k) for k in in_pod))] or None
+
+
+def _update_strategy(ds) -> DaemonSetUpdateStrategyArgs:
+    """`daemonsets.updateStrategy`, for a DaemonSet whose state does not fix its own."""
+    if ds.update_strategy == "OnDelete":
+        return DaemonSetUpdateStrategyArgs(type="OnDelete")
+    return DaemonSetUpdateStrategyArgs(
+        type="RollingUpdate", rolling_update=RollingUpdateDaemonSetArgs(max_unavailable=ds.max_unavailable)
     )
 
 
@@ -367,51 +377,6 @@ def child_opts(parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = 
 
 def also_after(opts: pulumi.ResourceOptions, *resources: pulumi.Resource) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(resources)))
-
-
-# --- device plugin config selection (shared by the device plugin, GFD and the MPS control daemon) ------------
-
-PLUGIN_CONFIGS_CONFIGMAP = "nvidia-device-plugin-configs"
-PLUGIN_CONFIG_FILE = "/config/config.yaml"
-AVAILABLE_CONFIGS_DIR = "/available-configs"
-DEFAULT_PLUGIN_CONFIG_KEY = "default"
-
-
-def config_manager(image: str, *, sidecar: bool, process_to_signal: str) -> ContainerArgs:
-    """NVIDIA's config-manager: copies the key named by the node's `nvidia.com/device-plugin.config` label to
-    /config/config.yaml (init) and, as a sidecar, SIGHUPs `process_to_signal` when the label changes."""
-    return ContainerArgs(
-        name="config-manager" if sidecar else "config-manager-init",
-        image=image,
-        image_pull_policy="IfNotPresent",
-        command=["config-manager"],
-        env=[
-            env("ONESHOT", "false" if sidecar else "true"),
-            env("KUBECONFIG", ""),
-            NODE_NAME_ENV,
-            env("NODE_LABEL", consts.DEVICE_PLUGIN_CONFIG),
-            env("CONFIG_FILE_SRCDIR", AVAILABLE_CONFIGS_DIR),
-            env("CONFIG_FILE_DST", PLUGIN_CONFIG_FILE),
-            env("DEFAULT_CONFIG", DEFAULT_PLUGIN_CONFIG_KEY),
-            env("SEND_SIGNAL", "true" if sidecar else "false"),
-            env("SIGNAL", "1" if sidecar else ""),  # SIGHUP: reload the config
-            env("PROCESS_TO_SIGNAL", process_to_signal if sidecar else ""),
-            env("FALLBACK_STRATEGIES", "empty"),
-        ],
-        security_context=PRIVILEGED if sidecar else None,
-        volume_mounts=plugin_config_mounts(),
-    )
-
-
-def plugin_config_mounts() -> list[VolumeMountArgs]:
-    return [mount("config", "/config"), mount(PLUGIN_CONFIGS_CONFIGMAP, AVAILABLE_CONFIGS_DIR)]
-
-
-def plugin_config_volumes() -> list[VolumeArgs]:
-    return [
-        VolumeArgs(name=PLUGIN_CONFIGS_CONFIGMAP, config_map=ConfigMapVolumeSourceArgs(name=PLUGIN_CONFIGS_CONFIGMAP)),
-        VolumeArgs(name="config", empty_dir=EmptyDirVolumeSourceArgs()),
-    ]
 
 
 def mig_env(strategy: Optional[str]) -> list[EnvVarArgs]:

@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 
 from components.catalogs import mig_catalog
 from components.config.keys import yaml_text
-from components.kit.builders import DEFAULT_PLUGIN_CONFIG_KEY
+from components.kit.config_manager import DEFAULT_PLUGIN_CONFIG_KEY
 from components.config import NodePool
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -17,25 +17,20 @@ from pulumi_kubernetes.core.v1 import ConfigMapVolumeSourceArgs, ContainerArgs, 
 from components.catalogs import consts
 from components.kit import sharing
 from components.kit.builders import (
-    DEFAULT_PLUGIN_CONFIG_KEY,
-    PLUGIN_CONFIG_FILE,
-    PLUGIN_CONFIGS_CONFIGMAP,
     PRIVILEGED,
     SOURCE_DRIVER_READY,
     Operands,
     also_after,
     child_opts,
-    config_manager,
     env,
     host_path,
     meta,
     mig_env,
     mount,
     operand_daemonset,
-    plugin_config_mounts,
-    plugin_config_volumes,
     wait_for_validation,
 )
+from components.kit.config_manager import DEFAULT_PLUGIN_CONFIG_KEY, PLUGIN_CONFIGS_CONFIGMAP, PLUGIN_CONFIG_FILE, config_manager, plugin_config_mounts, plugin_config_volumes
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import NodePool
 

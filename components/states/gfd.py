@@ -18,23 +18,20 @@ from pulumi_kubernetes.core.v1 import ContainerArgs
 from components.catalogs import consts
 from components.kit.builders import (
     NODE_NAME_ENV,
-    PLUGIN_CONFIG_FILE,
     PRIVILEGED,
     RUN_NVIDIA_VOLUME,
     Operands,
     also_after,
     child_opts,
-    config_manager,
     env,
     env_from_field,
     host_path,
     mig_env,
     mount,
     operand_daemonset,
-    plugin_config_mounts,
-    plugin_config_volumes,
     wait_for_validation,
 )
+from components.kit.config_manager import PLUGIN_CONFIG_FILE, config_manager, plugin_config_mounts, plugin_config_volumes
 from components.kit.rbac import SCC_USE, rbac_set, rule
 
 NAME = "gpu-feature-discovery"

@@ -20,21 +20,18 @@ from pulumi_kubernetes.core.v1 import ContainerArgs
 
 from components.kit.builders import (
     NODE_NAME_ENV,
-    PLUGIN_CONFIG_FILE,
     PRIVILEGED,
     RUN_NVIDIA_VOLUME,
     Operands,
     also_after,
     child_opts,
-    config_manager,
     env,
     mig_env,
     mount,
     operand_daemonset,
-    plugin_config_mounts,
-    plugin_config_volumes,
     wait_for_validation,
 )
+from components.kit.config_manager import PLUGIN_CONFIG_FILE, config_manager, plugin_config_mounts, plugin_config_volumes
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.states.device_plugin import MPS_ROOT, mps_volumes
 
