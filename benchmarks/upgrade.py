@@ -272,6 +272,19 @@ class RolloutResult:
     wall_s: float
 
 
+def name_turn_correlation(members: dict[int, set[str]], grants: list[dict]) -> float:
+    """How far a node's name decides its turn within its wave (Spearman, weighted by the wave's size): near 0 when
+    the grants go first come first served."""
+    turn_of = {g["node"]: i for i, g in enumerate(grants) if g["reason"] == "driver-upgrade"}
+    correlations = []
+    for names in members.values():
+        ordered = sorted(n for n in names if n in turn_of)
+        if len(ordered) > 1:
+            correlations.append((len(ordered), spearman(list(range(len(ordered))), [turn_of[n] for n in ordered])))
+    weight = sum(n for n, _ in correlations) or 1
+    return sum(n * c for n, c in correlations) / weight
+
+
 def run_rollout(nodes: int, pools: int, budget: Any) -> RolloutResult:
     started = time.perf_counter()
     rollout = rendered_rollout(run_program("bench-upgrade", stack_config(pools, budget)))
@@ -337,13 +350,6 @@ def run_rollout(nodes: int, pools: int, budget: Any) -> RolloutResult:
     total = requests(fleet) - before
     extra = total - standing * makespan
     grants = grants_of(fleet)
-    turn_of = {g["node"]: i for i, g in enumerate(grants) if g["reason"] == "driver-upgrade"}
-    correlations = []
-    for wave, names in members.items():
-        ordered = sorted(n for n in names if n in turn_of)
-        if len(ordered) > 1:
-            correlations.append((len(ordered), spearman(list(range(len(ordered))), [turn_of[n] for n in ordered])))
-    weight = sum(n for n, _ in correlations) or 1
     slots = agent_budget.Limits(budget).slots(nodes)
     return RolloutResult(
         wave_nodes=[len(members[w]) for w in waves], nodes=nodes, pools=pools, budget=budget, slots=slots, daemonsets=rollout.daemonsets,
@@ -352,7 +358,7 @@ def run_rollout(nodes: int, pools: int, budget: Any) -> RolloutResult:
         every_node=all(not r for r in remaining.values()), standing_req_per_s=standing,
         requests_per_node_upgrade=extra / max(1, len(finished_at)),
         max_wait_s=max((g["waitedSeconds"] for g in grants), default=0.0),
-        name_turn_correlation=sum(n * c for n, c in correlations) / weight,
+        name_turn_correlation=name_turn_correlation(members, grants),
         over_budget=len(fleet.over_budget), outside_slot=len(fleet.outside_slot), crashes=len(hub.crashes),
         wall_s=time.perf_counter() - started)
 

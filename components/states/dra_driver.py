@@ -150,19 +150,7 @@ class DraDriver(pulumi.ComponentResource):
         self.node_accounts = [CD_DAEMON_SA] if compute_domains else []
         cd_rbac = self._compute_domain_kinds(ops, child) if compute_domains else []
 
-        plugin_rbac = rbac_set(
-            KUBELET_PLUGIN_SA,
-            ops.namespace,
-            openshift=ops.openshift,
-            role_rules=[
-                *PLUGIN_ROLE_RULES,
-                *(PLUGIN_CD_ROLE_RULES if compute_domains else ()),
-                *(PLUGIN_MPS_ROLE_RULES if mps else ()),
-            ],
-            cluster_role_rules=PLUGIN_CLUSTER_RULES,
-            labels=plugin_labels,
-            opts=child,
-        )
+        plugin_rbac = _plugin_rbac(ops, compute_domains, mps, plugin_labels, child)
         self.device_classes = registered_device_classes(resource, compute_domains, child)
         policy = slice_policy(ops.namespace, KUBELET_PLUGIN_SA, child)
 
@@ -257,3 +245,21 @@ def registered_device_classes(resource: Any, compute_domains: bool, child: pulum
         )
         for class_name, cel in device_classes(compute_domains).items()
     ]
+
+
+def _plugin_rbac(ops: Operands, compute_domains: bool, mps: bool, labels: Mapping[str, str],
+                 opts: pulumi.ResourceOptions):
+    """The kubelet plugin's account: its rules, those of compute domains and of the MPS control daemons it starts."""
+    return rbac_set(
+        KUBELET_PLUGIN_SA,
+        ops.namespace,
+        openshift=ops.openshift,
+        role_rules=[
+            *PLUGIN_ROLE_RULES,
+            *(PLUGIN_CD_ROLE_RULES if compute_domains else ()),
+            *(PLUGIN_MPS_ROLE_RULES if mps else ()),
+        ],
+        cluster_role_rules=PLUGIN_CLUSTER_RULES,
+        labels=dict(labels),
+        opts=opts,
+    )
