@@ -243,6 +243,56 @@ def missing_nodes(
     return missing
 
 
+def _why_not_validated(node: Mapping[str, Any], validator_pods: Sequence[Mapping[str, Any]] | None,
+                       sandbox_pods: Sequence[Mapping[str, Any]] | None) -> str:
+    """Why a judged node is not validated ('' when it is): its validator's (None: not judged by it) and its sandbox
+    validator's pods."""
+    reasons = [
+        *([_not_ready_reason(validator_pods, "validator")] if validator_pods is not None else []),
+        *([_not_ready_reason(sandbox_pods, "sandbox validator")] if sandbox_pods is not None else []),
+    ]
+    failed = [r for r in reasons if r]
+    if failed:
+        unlisted = ((node.get("metadata") or {}).get("annotations") or {}).get(UNLISTED_ANNOTATION)
+        if unlisted:
+            # No driver DaemonSet of its pool is built for the node's image: the validator cannot run there.
+            failed.insert(0, f"node image not listed: {unlisted}")
+    return "; ".join(failed)
+
+
+def _pod_failures(validator_pods: Sequence[Mapping[str, Any]], driver_pods: Sequence[Mapping[str, Any]],
+                  judged: Sequence[str], skipped: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """Validator pods that cannot start on a judged node, and the gate's own driver pods that cannot start."""
+    # A driver pod of the gate's own DaemonSets fails it wherever it runs, but on a node whose kubelet does not
+    # report: a node the agent cordoned for its upgrade, or whose validator the driver manager paused, is not
+    # judged for its validator, and its driver crash-looping must not wait for the gate's timeout.
+    not_reporting = {s["node"] for s in skipped if s["reason"] == NODE_NOT_READY}
+    driver_nodes = {podinfo.node_name(p) for p in driver_pods} - not_reporting - {None}
+    return sorted(pod_failures(validator_pods, set(judged)) + pod_failures(driver_pods, driver_nodes),
+                  key=lambda f: (f["node"], f["pod"], f["container"]))
+
+
+def _validator_rollouts(validator_daemonsets: Mapping[str, Mapping[str, Any] | None] | None) -> list[dict[str, Any]]:
+    # A validator DaemonSet mid-rollout still has Ready pods of its old template, which vouch for nothing new.
+    return [daemonset_rollout(name, ds) for name, ds in (validator_daemonsets or {}).items() if ds is not None and rolls(ds)]
+
+
+def _status(any_judged: bool, rolled_out: bool, missing: bool, unhealthy: bool, pools: Sequence[str],
+            expected_nodes: Mapping[str, int] | None) -> str:
+    """The verdict short of a confirmed failure."""
+    # no-gpu-nodes ends polling in advisory mode, so a driver DaemonSet that has
+    # not finished (or not even been created yet) rules it out.
+    if not any_judged and rolled_out and not missing and pools and all((expected_nodes or {}).get(p) == 0 for p in pools):
+        # Every judged pool declared itself empty (expectedNodes: 0, a pool scaled to zero): nothing to vouch for is
+        # then the expected answer, not a wrong selector.
+        return VALIDATED
+    if not any_judged and rolled_out and not missing:
+        return NO_GPU_NODES
+    if unhealthy or not rolled_out or missing:
+        return NOT_VALIDATED
+    return VALIDATED
+
+
 def evaluate(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
@@ -279,64 +329,28 @@ def evaluate(
         nodes = _in_pools(nodes, pools)
         sandbox_nodes = _in_pools(sandbox_nodes or (), pools)
     rollouts = [daemonset_rollout(name, ds) for name, ds in (daemonsets or {}).items()]
-    # A validator DaemonSet mid-rollout still has Ready pods of its old template, which vouch for nothing new.
-    validator_rollouts = [daemonset_rollout(name, ds) for name, ds in (validator_daemonsets or {}).items()
-                          if ds is not None and rolls(ds)]
+    validator_rollouts = _validator_rollouts(validator_daemonsets)
     rolled_out = all(r["done"] for r in rollouts + validator_rollouts)
-
-    every_node = {(n.get("metadata") or {}).get("name", ""): n for n in [*nodes, *(sandbox_nodes or ())]}
-    every_node.pop("", None)
-    skipped = [{"node": name, "reason": reason} for name, node in sorted(every_node.items())
-               if (reason := skip_reason(node))]
+    every_node = {name: n for n in [*nodes, *(sandbox_nodes or ())] if (name := (n.get("metadata") or {}).get("name", ""))}
+    skipped = [{"node": name, "reason": reason} for name, node in sorted(every_node.items()) if (reason := skip_reason(node))]
     skipped_names = {s["node"] for s in skipped}
     container_names = _node_names(nodes) - skipped_names
     sandbox_names = _node_names(sandbox_nodes or ()) - skipped_names
     pods_by_node = _pods_by_node(pods)
     sandbox_pods_by_node = _pods_by_node(sandbox_pods)
-
     names = sorted(container_names | sandbox_names)
-    not_validated: list[dict[str, str]] = []
-    for name in names:
-        reasons: list[str | None] = []
-        if name in container_names:
-            reasons.append(_not_ready_reason(pods_by_node.get(name, []), "validator"))
-        if name in sandbox_names:
-            reasons.append(_not_ready_reason(sandbox_pods_by_node.get(name, []), "sandbox validator"))
-        failed = [r for r in reasons if r]
-        if failed:
-            unlisted = ((every_node[name].get("metadata") or {}).get("annotations") or {}).get(UNLISTED_ANNOTATION)
-            if unlisted:
-                # No driver DaemonSet of its pool is built for the node's image: the validator cannot run there.
-                failed.insert(0, f"node image not listed: {unlisted}")
-            not_validated.append({"node": name, "reason": "; ".join(failed)})
-
+    not_validated = [{"node": name, "reason": reason} for name in names if (reason := _why_not_validated(
+        every_node[name], pods_by_node.get(name, []) if name in container_names else None,
+        sandbox_pods_by_node.get(name, []) if name in sandbox_names else None))]
     missing = missing_nodes({n: every_node[n] for n in names}, {e["node"] for e in not_validated},
                             expected_nodes or {})
-    watched = [*pods, *(sandbox_pods if sandbox else ())]
     ours = [p for p in driver_pods if podinfo.owner(p, "DaemonSet") in (daemonsets or {})]
-    # A driver pod of the gate's own DaemonSets fails it wherever it runs, but on a node whose kubelet does not
-    # report: a node the agent cordoned for its upgrade, or whose validator the driver manager paused, is not
-    # judged for its validator, and its driver crash-looping must not wait for the gate's timeout.
-    not_reporting = {s["node"] for s in skipped if s["reason"] == NODE_NOT_READY}
-    driver_nodes = {podinfo.node_name(p) for p in ours} - not_reporting - {None}
-    failures = with_first_sighting(
-        sorted(pod_failures(watched, set(names)) + pod_failures(ours, driver_nodes),
-               key=lambda f: (f["node"], f["pod"], f["container"])), previous, now)
-
+    failures = with_first_sighting(_pod_failures([*pods, *(sandbox_pods if sandbox else ())], ours, names, skipped),
+                                   previous, now)
     if confirmed_failures(failures, previous, now):
         status = FAILED
-    # no-gpu-nodes ends polling in advisory mode, so a driver DaemonSet that has
-    # not finished (or not even been created yet) rules it out.
-    elif not names and rolled_out and not missing and pools and all((expected_nodes or {}).get(p) == 0 for p in pools):
-        # Every judged pool declared itself empty (expectedNodes: 0, a pool scaled to zero): nothing to vouch for is
-        # then the expected answer, not a wrong selector.
-        status = VALIDATED
-    elif not names and rolled_out and not missing:
-        status = NO_GPU_NODES
-    elif not_validated or not rolled_out or missing or failures:
-        status = NOT_VALIDATED
     else:
-        status = VALIDATED
+        status = _status(bool(names), rolled_out, bool(missing), bool(not_validated or failures), pools, expected_nodes)
     result: dict[str, Any] = {
         "status": status,
         "gpuNodes": len(names),
@@ -344,12 +358,10 @@ def evaluate(
         "notValidated": not_validated,
     }
     # Only when there is something to say, so that the result of a healthy fleet reads as it always did.
-    for key, entries in (("skipped", skipped), ("missingNodes", missing), ("failures", failures)):
+    for key, entries in (("skipped", skipped), ("missingNodes", missing), ("failures", failures),
+                         ("upgradeStates", upgrade_states([every_node[n] for n in [*names, *(s["node"] for s in skipped)]]))):
         if entries:
             result[key] = entries
-    states = upgrade_states([every_node[n] for n in names] + [n for n in (every_node[s["node"]] for s in skipped)])
-    if states:
-        result["upgradeStates"] = states
     if sandbox:
         result["sandboxNodes"] = len(sandbox_names)
     if pools:

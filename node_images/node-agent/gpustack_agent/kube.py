@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import urllib3
@@ -301,6 +302,8 @@ def run_gate(
     how many validated nodes each of those pools needs. The verdict is settled early when
     validated, or failed (a validator or driver pod that cannot start, restarted between two
     polls or failing for gate.FAILURE_CONFIRM_SECONDS). The verdict also goes to ``termination_message_path``, cut to the kubelet's limit."""
+    scope = GateScope(namespace, tuple(pools), tuple(driver_daemonsets), tuple(validator_daemonsets), sandbox_validator,
+                      dra_validator, expected_nodes)
     started = clock()
     deadline = started + timeout_seconds
     result: dict[str, Any] | None = None
@@ -312,48 +315,8 @@ def run_gate(
         # gate past its timeout by more than one poll.
         request_timeout = max(1.0, min(float(poll_seconds), deadline - clock()))
         try:
-            daemonsets = None
-            if driver_daemonsets:
-                # Read before the pods, so a rollout seen as finished is never judged
-                # by validator pods listed before it finished.
-                daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout)
-                              for name in driver_daemonsets}
-            validators = None
-            if validator_daemonsets:
-                validators = {name: read_daemon_set(apps, namespace, name, request_timeout)
-                              for name in validator_daemonsets}
-            nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
-            if dra_validator:
-                listed = {n["metadata"]["name"] for n in nodes}
-                nodes += [n for n in list_nodes(core, gate.node_selector(pools, dra=True), request_timeout)
-                          if n["metadata"]["name"] not in listed]
-            sandbox_nodes = None
-            if sandbox_validator:
-                sandbox_nodes = list_nodes(core, gate.node_selector(pools, sandbox=True), request_timeout)
-            validator_pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
-            sandbox_pods: list[dict[str, Any]] = []
-            if sandbox_validator:
-                sandbox_pods = list_pods(core, namespace, gate.SANDBOX_VALIDATOR_POD_SELECTOR, request_timeout)
-            driver_pods: list[dict[str, Any]] = []
-            if driver_daemonsets:
-                driver_pods = driver_like_pods(core, namespace, daemonsets or {}, request_timeout)
-            result = gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
-                                   sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
-                                   expected_nodes=expected_nodes, previous=result, now=clock() - started,
-                                   validator_daemonsets=validators)
-            progress = {"status": result["status"], "gpuNodes": result["gpuNodes"],
-                        "validatedNodes": result["validatedNodes"]}
-            for key, count_key in (("skipped", "skippedNodes"), ("failures", "failures"),
-                                   ("missingNodes", "poolsMissingNodes")):
-                if key in result:
-                    progress[count_key] = len(result[key])
-            if "sandboxNodes" in result:
-                progress["sandboxNodes"] = result["sandboxNodes"]
-            if "driverRollout" in result:
-                progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
-            if "upgradeStates" in result:
-                progress["upgradeStates"] = result["upgradeStates"]
-            log({"level": "info", "event": "poll", **progress})
+            result = _poll(core, apps, scope, request_timeout, result, lambda: clock() - started)
+            log({"level": "info", "event": "poll", **_progress(result)})
             pause.reset()
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             # Every error is retried until the deadline, 403 included: the Job is
@@ -371,6 +334,74 @@ def run_gate(
 
     if result is None:
         result = gate.unavailable_result(last_error, pools, sandbox=sandbox_validator)
+    _publish(batch, job_namespace, job_name, poll_seconds, result, log, out, termination_message_path)
+    return gate.exit_code(result, mode)
+
+
+@dataclass(frozen=True)
+class GateScope:
+    """What one gate judges (:func:`run_gate`)."""
+
+    namespace: str
+    pools: tuple[str, ...]
+    driver_daemonsets: tuple[str, ...]
+    validator_daemonsets: tuple[str, ...]
+    sandbox_validator: bool
+    dra_validator: bool
+    expected_nodes: Mapping[str, int] | None
+
+
+def _poll(core: Any, apps: Any, scope: GateScope, request_timeout: float, previous: dict[str, Any] | None,
+          elapsed: Callable[[], float]) -> dict[str, Any]:
+    """One look at the judged nodes and pods, and the verdict on them."""
+    namespace, pools = scope.namespace, scope.pools
+    daemonsets = None
+    if scope.driver_daemonsets:
+        # Read before the pods, so a rollout seen as finished is never judged
+        # by validator pods listed before it finished.
+        daemonsets = {name: read_daemon_set(apps, namespace, name, request_timeout) for name in scope.driver_daemonsets}
+    validators = None
+    if scope.validator_daemonsets:
+        validators = {name: read_daemon_set(apps, namespace, name, request_timeout) for name in scope.validator_daemonsets}
+    nodes = list_nodes(core, gate.node_selector(pools), request_timeout)
+    if scope.dra_validator:
+        listed = {n["metadata"]["name"] for n in nodes}
+        nodes += [n for n in list_nodes(core, gate.node_selector(pools, dra=True), request_timeout)
+                  if n["metadata"]["name"] not in listed]
+    sandbox_nodes = None
+    if scope.sandbox_validator:
+        sandbox_nodes = list_nodes(core, gate.node_selector(pools, sandbox=True), request_timeout)
+    validator_pods = list_pods(core, namespace, gate.VALIDATOR_POD_SELECTOR, request_timeout)
+    sandbox_pods: list[dict[str, Any]] = []
+    if scope.sandbox_validator:
+        sandbox_pods = list_pods(core, namespace, gate.SANDBOX_VALIDATOR_POD_SELECTOR, request_timeout)
+    driver_pods: list[dict[str, Any]] = []
+    if scope.driver_daemonsets:
+        driver_pods = driver_like_pods(core, namespace, daemonsets or {}, request_timeout)
+    return gate.evaluate(nodes, validator_pods, pools=pools, daemonsets=daemonsets,
+                         sandbox_nodes=sandbox_nodes, sandbox_pods=sandbox_pods, driver_pods=driver_pods,
+                         expected_nodes=scope.expected_nodes, previous=previous, now=elapsed(),
+                         validator_daemonsets=validators)
+
+
+def _progress(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A poll's log line: the verdict's counts, not its lists."""
+    progress = {"status": result["status"], "gpuNodes": result["gpuNodes"], "validatedNodes": result["validatedNodes"]}
+    for key, count_key in (("skipped", "skippedNodes"), ("failures", "failures"), ("missingNodes", "poolsMissingNodes")):
+        if key in result:
+            progress[count_key] = len(result[key])
+    if "sandboxNodes" in result:
+        progress["sandboxNodes"] = result["sandboxNodes"]
+    if "driverRollout" in result:
+        progress["rolledOutDaemonSets"] = sum(r["done"] for r in result["driverRollout"])
+    if "upgradeStates" in result:
+        progress["upgradeStates"] = result["upgradeStates"]
+    return progress
+
+
+def _publish(batch: Any, job_namespace: str, job_name: str, poll_seconds: int, result: Mapping[str, Any], log: Log,
+             out: Callable[[str], None], termination_message_path: str | None) -> None:
+    """The verdict on the Job's annotation, on stdout and in the termination message."""
     line = json.dumps(result, separators=(",", ":"))
     try:
         patch_job_annotations(batch, job_namespace, job_name, {gate.RESULT_ANNOTATION: line},
@@ -382,7 +413,6 @@ def run_gate(
     out(line)
     if termination_message_path:
         write_termination_message(termination_message_path, result, log)
-    return gate.exit_code(result, mode)
 
 
 def driver_like_pods(core: Any, namespace: str, daemonsets: Mapping[str, Mapping[str, Any] | None],

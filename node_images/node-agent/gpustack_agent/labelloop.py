@@ -117,113 +117,136 @@ def run_label_loop(
     next pass waits the loop's backoff. Labels and annotations the agent cannot make sense of are logged once
     each (``label-invalid``).
     """
-    reconciler: Reconciler = reconcile if reconcile is not None else _Immediate(core, log)
-    warnings = labelcheck.Warnings(log)
-    view = _NodeView()
-    # What the last reconcile was given (the Node's judged part, the config) and what it answered, and when.
-    handled: list[Any] = [None]
+    loop = _LabelLoop(core, node_name, load_config, resync_seconds, log, stop, clock,
+                      reconcile if reconcile is not None else _Immediate(core, log), watch_events, watch_pods)
+    keep_running(loop.one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep,
+                 rng=rng)
 
-    def handle(node: Mapping[str, Any]) -> Next:
-        config_data = load_config()
+
+@dataclass(frozen=True)
+class _Handled:
+    """What the last reconcile was given (the Node's judged part, the config) and what it answered, and when."""
+
+    judged: tuple[Any, Any, Any]
+    config: Any
+    wait: Next
+    at: float
+
+
+class _LabelLoop:
+    """One node's passes (:func:`run_label_loop`): a reconcile, then a watch of the Node or of its pods."""
+
+    def __init__(self, core: Any, node_name: str, load_config: Callable[[], Any], resync_seconds: int, log: Log,
+                 stop: Callable[[], bool], clock: Callable[[], float], reconciler: Reconciler, watch_events: Watcher,
+                 watch_pods: Watcher | None) -> None:
+        self.core, self.node_name, self.load_config, self.resync_seconds = core, node_name, load_config, resync_seconds
+        self.stop, self.clock, self.reconciler = stop, clock, reconciler
+        self.watch_events, self.watch_pods = watch_events, watch_pods or watch_node_pods
+        self.warnings = labelcheck.Warnings(log)
+        self.view = _NodeView()
+        self.handled: _Handled | None = None
+
+    def handle(self, node: Mapping[str, Any]) -> Next:
+        config_data = self.load_config()
         try:
             config = config_data if isinstance(config_data, labels.Config) else labels.parse_config(config_data)
         except labels.ConfigError:
             # The reconcile reports it (config-invalid) and changes nothing; without a config, nothing to judge.
-            handled[0] = None
-            return reconciler(node, config_data)
-        warnings.report(node_name, labelcheck.label_problems(node, config))
-        wait = reconciler(node, config)
+            self.handled = None
+            return self.reconciler(node, config_data)
+        self.warnings.report(self.node_name, labelcheck.label_problems(node, config))
+        wait = self.reconciler(node, config)
         # The reconcile's own writes answered with the Node as written: newer than what it was given, and where the
         # next watch resumes from (its own changes need no event).
-        seen = reconciler.node or node
-        view.set(seen)
-        handled[0] = (_judged_part(seen), config, wait, clock())
+        seen = self.reconciler.node or node
+        self.view.set(seen)
+        self.handled = _Handled(_judged_part(seen), config, wait, self.clock())
         return wait
 
-    def unchanged(node: Mapping[str, Any]) -> bool:
+    def unchanged(self, node: Mapping[str, Any]) -> bool:
         """An event that changes nothing a reconcile reads (the kubelet's status reports): no pass for it."""
-        last = handled[0]
-        if last is None or last[0] != _judged_part(node):
+        last = self.handled
+        if last is None or last.judged != _judged_part(node):
             return False
-        config = load_config()
-        return last[1] is config or last[1] == config
+        config = self.load_config()
+        return last.config is config or last.config == config
 
-    def resume(node: Mapping[str, Any]) -> Next | None:
+    def resume(self, node: Mapping[str, Any]) -> Next | None:
         """At a resync, the last answer while it still stands: the Node and the config are as the reconcile saw
         them and what it asked to be woken for is not due. The watch saw every change of the Node (it resumed from
         the last resourceVersion), so a reconcile could only answer the same."""
-        last = handled[0]
-        if last is None or last[2].pods or not unchanged(node):
+        last = self.handled
+        if last is None or last.wait.pods or not self.unchanged(node):
             return None
-        due = None if last[2].seconds is None else last[3] + last[2].seconds
-        if due is not None and clock() >= due - 0.5:
+        due = None if last.wait.seconds is None else last.at + last.wait.seconds
+        if due is not None and self.clock() >= due - 0.5:
             return None
-        return Next(seconds=None if due is None else due - clock())
+        return Next(seconds=None if due is None else due - self.clock())
 
-    def sooner(wait: Next, started: float, timeout: int) -> bool:
-        return wait.seconds is not None and clock() + wait.seconds < started + timeout - 0.5
+    def sooner(self, wait: Next, started: float, timeout: int) -> bool:
+        return wait.seconds is not None and self.clock() + wait.seconds < started + timeout - 0.5
 
-    def node_phase(wait: Next) -> str:
-        timeout = watch_timeout(wait, resync_seconds)
-        started = clock()
+    def node_phase(self, wait: Next) -> str:
+        timeout = watch_timeout(wait, self.resync_seconds)
+        started = self.clock()
 
         def ends_pass(event: Mapping[str, Any]) -> bool:
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == podwatch.BOOKMARK:
-                view.resource_version = podwatch.resource_version_of(obj) or view.resource_version
-                return stop()
+                self.view.resource_version = podwatch.resource_version_of(obj) or self.view.resource_version
+                return self.stop()
             if kind == podwatch.DELETED:
-                view.set(None)
+                self.view.set(None)
                 return True
             if kind not in (podwatch.ADDED, podwatch.MODIFIED):
-                return stop()
-            view.set(obj)
-            if stop():
+                return self.stop()
+            self.view.set(obj)
+            if self.stop():
                 return True
-            if unchanged(obj):
+            if self.unchanged(obj):
                 return False
             # A node event that asks for another kind of wait, or a sooner look, starts a new pass.
-            after = handle(obj)
-            return after.pods or sooner(after, started, timeout)
+            after = self.handle(obj)
+            return after.pods or self.sooner(after, started, timeout)
 
-        return follow(watch_events(core, node_name, timeout, view.resource_version), ends_pass, timeout, started,
-                      clock)
+        events = self.watch_events(self.core, self.node_name, timeout, self.view.resource_version)
+        return follow(events, ends_pass, timeout, started, self.clock)
 
-    def pods_phase(wait: Next) -> str:
+    def pods_phase(self, wait: Next) -> str:
+        reconciler = self.reconciler
         pods = reconciler.pods
         if not pods.known:
             pods.refresh()
-        view.set(reconciler.node)
-        timeout = watch_timeout(wait, resync_seconds)
-        started = clock()
+        self.view.set(reconciler.node)
+        timeout = watch_timeout(wait, self.resync_seconds)
+        started = self.clock()
         pods.live = True
 
         def ends_pass(event: Mapping[str, Any]) -> bool:
             pods.apply(event)
-            if stop():
+            if self.stop():
                 return True
             if event.get("type") == podwatch.BOOKMARK or not reconciler.wants(event):
                 return False
-            after = handle(reconciler.node or {})
-            return not after.pods or sooner(after, started, timeout)
+            after = self.handle(reconciler.node or {})
+            return not after.pods or self.sooner(after, started, timeout)
 
-        events = (watch_pods or watch_node_pods)(core, node_name, timeout, pods.resource_version)
-        return follow(events, ends_pass, timeout, started, clock)
+        events = self.watch_pods(self.core, self.node_name, timeout, pods.resource_version)
+        return follow(events, ends_pass, timeout, started, self.clock)
 
-    def one_pass() -> str:
+    def one_pass(self) -> str:
+        view, reconciler = self.view, self.reconciler
         try:
             if view.node is None:
-                view.set(get_node(core, node_name))
-            wait = resume(view.node or {}) or handle(view.node or {})
+                view.set(get_node(self.core, self.node_name))
+            wait = self.resume(view.node or {}) or self.handle(view.node or {})
             if wait.pods:
-                return pods_phase(wait)
+                return self.pods_phase(wait)
             reconciler.pods.live = False
-            return node_phase(wait)
+            return self.node_phase(wait)
         except BaseException:
             # Whatever failed, the next pass starts from a fresh read of the Node and of the node's pods.
             view.set(None)
             reconciler.pods.live = False
             reconciler.pods.forget()
             raise
-
-    keep_running(one_pass, node_name=node_name, resync_seconds=resync_seconds, log=log, stop=stop, sleep=sleep, rng=rng)

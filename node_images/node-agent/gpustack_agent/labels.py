@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import driverimages
 
@@ -273,48 +273,57 @@ def parse_config(raw: Any) -> Config:
 
     pools: list[Pool] = []
     for index, raw_pool in enumerate(raw_pools):
-        where = f"pools[{index}]"
-        if not isinstance(raw_pool, dict):
-            raise ConfigError(f"{where} must be an object, got {_shown(raw_pool)}")
-        name = raw_pool.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
-        _check_label_value(name, f"{where}.name")
-        if any(p.name == name for p in pools):
-            raise ConfigError(f"{where}.name {name!r} is used by more than one pool")
-        selector = _str_map(raw_pool.get("nodeSelector", {}), f"{where}.nodeSelector")
-        deploy = set(_str_list(raw_pool.get("deployLabels", []), f"{where}.deployLabels"))
-        deploy -= {OPERANDS_LABEL}
-        unmanaged = sorted(deploy - managed)
-        if unmanaged:
-            # The agent could add these but never remove them when the node changes pool.
-            raise ConfigError(f"{where}.deployLabels {unmanaged} are not in managedDeployLabels")
-        pool_labels = _str_map(raw_pool.get("labels", {}), f"{where}.labels")
-        reserved = sorted(
-            set(pool_labels) & ({POOL_LABEL, GPU_PRESENT_LABEL, OPERANDS_LABEL} | managed
-                                | ({DRIVER_LABEL} if version >= 4 else set()))
-        )
-        if reserved:
-            raise ConfigError(f"{where}.labels may not set {reserved}: the agent manages them by other rules")
-        driver = pool_labels.get(DRIVER_LABEL)
-        if driver is not None and (len(driver) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(driver) is None):
-            # Driver DaemonSets select nodes by it: a value that cannot name one leaves the node without a driver.
-            raise ConfigError(f"{where}.labels[{DRIVER_LABEL!r}] {_shown(driver)} is not a DaemonSet name")
-        gpu_model = raw_pool.get("gpuModel")
-        if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model or len(gpu_model) > 253):
-            raise ConfigError(f"{where}.gpuModel must be a non-empty string of at most 253 characters, "
-                              f"got {_shown(gpu_model)}")
-        images: tuple[driverimages.DriverImage, ...] = ()
-        if version >= 4 and "driverImages" in raw_pool:
-            try:
-                images = driverimages.parse(
-                    raw_pool["driverImages"], f"{where}.driverImages",
-                    is_name=lambda n: len(n) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(n) is not None,
-                    is_label_key=is_label_key, is_label_value=is_label_value)
-            except driverimages.DriverImagesError as exc:
-                raise ConfigError(str(exc)) from None
-        pools.append(Pool(name, selector, frozenset(deploy), pool_labels, gpu_model, images))
+        pools.append(_parse_pool(raw_pool, f"pools[{index}]", pools, managed, version))
+    _check_labels_settle(pools, managed, gpu_node_labels)
 
+    return Config(tuple(gpu_node_labels), managed, tuple(pools), removal, drivers)
+
+
+def _parse_pool(raw_pool: Any, where: str, earlier: Sequence[Pool], managed: frozenset[str], version: int) -> Pool:
+    """One entry of ``pools``, checked against the pools before it and the labels the agent manages."""
+    if not isinstance(raw_pool, dict):
+        raise ConfigError(f"{where} must be an object, got {_shown(raw_pool)}")
+    name = raw_pool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name must be a non-empty string, got {_shown(name)}")
+    _check_label_value(name, f"{where}.name")
+    if any(p.name == name for p in earlier):
+        raise ConfigError(f"{where}.name {name!r} is used by more than one pool")
+    selector = _str_map(raw_pool.get("nodeSelector", {}), f"{where}.nodeSelector")
+    deploy = set(_str_list(raw_pool.get("deployLabels", []), f"{where}.deployLabels"))
+    deploy -= {OPERANDS_LABEL}
+    unmanaged = sorted(deploy - managed)
+    if unmanaged:
+        # The agent could add these but never remove them when the node changes pool.
+        raise ConfigError(f"{where}.deployLabels {unmanaged} are not in managedDeployLabels")
+    pool_labels = _str_map(raw_pool.get("labels", {}), f"{where}.labels")
+    reserved = sorted(
+        set(pool_labels) & ({POOL_LABEL, GPU_PRESENT_LABEL, OPERANDS_LABEL} | managed
+                            | ({DRIVER_LABEL} if version >= 4 else set()))
+    )
+    if reserved:
+        raise ConfigError(f"{where}.labels may not set {reserved}: the agent manages them by other rules")
+    driver = pool_labels.get(DRIVER_LABEL)
+    if driver is not None and (len(driver) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(driver) is None):
+        # Driver DaemonSets select nodes by it: a value that cannot name one leaves the node without a driver.
+        raise ConfigError(f"{where}.labels[{DRIVER_LABEL!r}] {_shown(driver)} is not a DaemonSet name")
+    gpu_model = raw_pool.get("gpuModel")
+    if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model or len(gpu_model) > 253):
+        raise ConfigError(f"{where}.gpuModel must be a non-empty string of at most 253 characters, "
+                          f"got {_shown(gpu_model)}")
+    images: tuple[driverimages.DriverImage, ...] = ()
+    if version >= 4 and "driverImages" in raw_pool:
+        try:
+            images = driverimages.parse(
+                raw_pool["driverImages"], f"{where}.driverImages",
+                is_name=lambda n: len(n) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(n) is not None,
+                is_label_key=is_label_key, is_label_value=is_label_value)
+        except driverimages.DriverImagesError as exc:
+            raise ConfigError(str(exc)) from None
+    return Pool(name, selector, frozenset(deploy), pool_labels, gpu_model, images)
+
+
+def _check_labels_settle(pools: Sequence[Pool], managed: frozenset[str], gpu_node_labels: Sequence[str]) -> None:
     # If a selector or the GPU test depended on a label the agent writes, one pass
     # would change the outcome of the next and the labels would never settle.
     written = {POOL_LABEL, GPU_PRESENT_LABEL} | managed
@@ -327,8 +336,6 @@ def parse_config(raw: Any) -> Config:
     clash = sorted(set(gpu_node_labels) & written)
     if clash:
         raise ConfigError(f"gpuNodeLabels uses labels the agent writes: {clash}")
-
-    return Config(tuple(gpu_node_labels), managed, tuple(pools), removal, drivers)
 
 
 def is_gpu_node(node_labels: Mapping[str, str], config: Config) -> bool:
