@@ -123,7 +123,6 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         return NodeFeatureDiscovery(
             "node-feature-discovery",
             namespace=self._ops.namespace,
-            chart_version=cfg.versions.nfd_chart,
             daemonsets=cfg.daemonsets,
             registry_override=cfg.registry.override,
             pull_secrets=self._ops.pull_secrets,

@@ -15,13 +15,13 @@ import pytest
 
 from components.catalogs import consts
 from components.kit import dra_plugin
-from components.kit.dra_api import example_claim_templates, opt_in_required, resource_api_version
+from components.kit.dra_api import example_claim_templates, resource_api_version
 from components.states import device_plugin as device_plugin_module
 from components.states import dra_driver as dra
 from components.states import dra_validator
 from components.states import validator as operator_validator
 from components.states.dra_driver import DraDriver
-from components.states.dra_validator import DraValidator, validator_problem
+from components.states.dra_validator import DraValidator
 from gpustack import schema
 from gpustack.crd_schemas import crd_validator
 from gpustack.mockrun import Recording, run_program
@@ -82,13 +82,6 @@ def test_versions_before_1_32_are_refused_by_name(versions, named):
 def test_unreadable_version_lists_are_refused(versions):
     with pytest.raises(ValueError):
         resource_api_version(versions)
-
-
-def test_only_v1_is_served_without_opting_in():
-    assert opt_in_required(["1.34", "1.37"]) == []
-    assert opt_in_required(["1.32"]) == ["1.32"]
-    # v1beta2 for the 1.33 half of an upgrade is a beta API on 1.35 too
-    assert opt_in_required(["1.33", "1.35"]) == ["1.33", "1.35"]
 
 
 # --- DeviceClasses and example claims -------------------------------------------------------------------------
@@ -649,12 +642,6 @@ def test_refused_arguments():
 
 
 # --- the DRA validator ------------------------------------------------------------------------------------------------
-
-
-def test_validator_is_refused_where_admin_access_is_off_by_default():
-    assert validator_problem(["1.34", "1.35"]) is None
-    problem = validator_problem(["1.33", "1.34"])
-    assert problem is not None and "adminAccess" in problem and "1.34" in problem and "resource.k8s.io/v1beta2" in problem
 
 
 def test_validator_claims_one_gpu_with_admin_access(full):

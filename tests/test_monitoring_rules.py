@@ -19,7 +19,7 @@ from components.catalogs import monitoring_rules
 from components.catalogs.dcgm_metrics import DEFAULT_METRICS, Metric, exported_metric_names, metrics_csv, parse_metrics_csv
 from components.catalogs.grafana_dashboard import dashboard, substitute_grafana_variables
 from components.catalogs.monitoring_rules import EXTERNAL_METRICS, AlertThresholds, alert_groups, recording_groups
-from gpustack.promql import promql_metric_names
+from promqltest import promql_metric_names
 from gpustack import schema
 from gpustack.crd_schemas import crd_validator
 

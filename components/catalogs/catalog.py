@@ -79,6 +79,10 @@ class DriverSupport:
     max_branch: int | None = None  # the last branch that still supports it
     kernel_modules: str = "any"  # one of KERNEL_MODULE_RULES
 
+    def __post_init__(self) -> None:
+        if self.kernel_modules not in KERNEL_MODULE_RULES:
+            raise ValueError(f"kernel_modules {self.kernel_modules!r} is not one of {', '.join(KERNEL_MODULE_RULES)}")
+
     def branch_problem(self, branch: int) -> str | None:
         if branch < self.min_branch:
             return f"needs driver branch {self.min_branch} or later"

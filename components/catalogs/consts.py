@@ -120,7 +120,6 @@ def deploy_label(component: str) -> str:
 # --- host paths (Appendix C) ---------------------------------------------------------------------------------
 VALIDATIONS_DIR = "/run/nvidia/validations"
 DRIVER_INSTALL_DIR = "/run/nvidia/driver"
-HOST_DRIVER_ROOT = "/"
 CDI_SPEC_DIR = "/var/run/cdi"
 RUN_NVIDIA = "/run/nvidia"
 # The MPS control daemon's root on the host (pipes, logs; its shm below), ClusterPolicy devicePlugin.mps.root.
@@ -161,10 +160,6 @@ MOFED_USR_SRC_VOLUME = "mlnx-ofed-usr-src"
 MOFED_CONTAINER_USR_SRC = "/run/mellanox/drivers/usr/src"
 HOST_USR_SRC = "/usr/src"
 USE_HOST_MOFED_ENV = "USE_HOST_MOFED"
-
-# --- scheduling defaults shared by every operand DaemonSet (fact sheet §2) ----------------------------------
-DEFAULT_PRIORITY_CLASS = "system-node-critical"
-GPU_TAINT_KEY = "nvidia.com/gpu"
 
 # Annotations understood by pulumi-kubernetes (pulumi.md §3.2).
 SKIP_AWAIT = "pulumi.com/skipAwait"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 
 VALIDATOR = "nvidia-operator-validator"
@@ -241,10 +241,6 @@ def recording_groups(*, namespace: str, stack: str, release: str, config_digest:
         },
     ]
     return [{"name": "gpu-stack.recording", "rules": rules}]
-
-
-def recorded_metric_names(groups: Iterable[dict[str, Any]]) -> set[str]:
-    return {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
 
 
 # --- Grafana ---------------------------------------------------------------------------------------------------

@@ -51,10 +51,11 @@ MIG_ATTRIBUTES = ("ME", "NOME", "MEALL", "GFX")
 
 # Time-sliced: <board>-<framebuffer GB><series>, where the board may carry letter-only suffixes ("RTX6000-Ada").
 # MIG-backed: <board>-<GPU instance slices>-<framebuffer GB><series>[attribute]. 0 GB stands for 512 MB.
-_TIME_SLICED = re.compile(r"^(?P<gpu>[A-Z0-9]+(?:-[A-Za-z]+)*)-(?P<gb>0|[1-9][0-9]*)(?P<series>[ABCQ])$")
-_MIG_BACKED = re.compile(
-    r"^(?P<gpu>[A-Z0-9]+)-(?P<slices>[1-9])-(?P<gb>0|[1-9][0-9]*)(?P<series>[ABCQ])(?P<attr>MEALL|NOME|ME|GFX)?$"
-)
+_SERIES = f"(?P<series>[{''.join(SERIES)}])"
+# longest first: MEALL before ME
+_ATTRIBUTE = f"(?P<attr>{'|'.join(sorted(MIG_ATTRIBUTES, key=len, reverse=True))})"
+_TIME_SLICED = re.compile(rf"^(?P<gpu>[A-Z0-9]+(?:-[A-Za-z]+)*)-(?P<gb>0|[1-9][0-9]*){_SERIES}$")
+_MIG_BACKED = re.compile(rf"^(?P<gpu>[A-Z0-9]+)-(?P<slices>[1-9])-(?P<gb>0|[1-9][0-9]*){_SERIES}{_ATTRIBUTE}?$")
 _PCI_ID = re.compile(r"^0x[0-9A-F]{4}$")
 
 

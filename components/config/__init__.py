@@ -46,7 +46,7 @@ from components.config.cluster import (
     Versions,
 )
 from components.config.dra import DRA_MIN_KUBERNETES_MINOR, Dra
-from components.config.drivers import DRIVER_MODES, KERNEL_MODULE_TYPES, Driver, PoolDriver, PoolDriverPlan
+from components.config.drivers import KERNEL_MODULE_TYPES, Driver, PoolDriver, PoolDriverPlan
 from components.config.gpudirect import GpuDirect, Rdma, gds_needs_open_modules
 from components.config.hostpaths import HostPaths
 from components.config.loader import (
@@ -70,7 +70,7 @@ from components.config.monitoring import (
     duration_ms,
 )
 from components.config.overrides import EnvVar, OperandOverride, OperandOverrides, OperandToleration, Resources
-from components.config.pools import MIG_LAYOUT_NAME, MPS_MAX_REPLICAS, SHARING_STRATEGIES, NodePool, Sharing
+from components.config.pools import MIG_LAYOUT_NAME, MPS_MAX_REPLICAS, NodePool, Sharing
 from components.config.stack import StackConfig
 from components.config.rules.overrides import deployed_operands
 from components.config.rules.upgrade import MIN_NODE_SWAP_SECONDS, rollout_floor_seconds

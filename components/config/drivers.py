@@ -4,7 +4,7 @@ driver suits its GPUs and node image, and that pools sharing a driver DaemonSet 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import Field, StrictBool, field_validator
 
@@ -25,15 +25,18 @@ from components.config.image_lists import DriverFlavour
 from node_images import catalog as node_image_catalog
 
 
-DRIVER_MODES = ("managed", "host", "precompiled")
-KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")
+# The one spelling of each: the models' fields take these types (the schema, the docs and pydantic's errors list
+# their values), the importer the kernel module types.
+DriverMode = Literal["managed", "host", "precompiled"]
+KernelModuleType = Literal["auto", "open", "proprietary"]
+KERNEL_MODULE_TYPES = get_args(KernelModuleType)
 
 
 class Driver(_Model):
-    mode: Literal["managed", "host", "precompiled"] = "managed"
+    mode: DriverMode = "managed"
     # Precompiled images are tagged by branch, not full version (fact sheet §4.3).
     branch: str = catalog.IMAGES["driver"][1].split(".")[0]
-    kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
+    kernel_module_type: KernelModuleType = "auto"
     # What the driver pod takes besides the driver (components/config/driver_extensions.py); stack-wide, see there.
     licensing_config: Optional[LicensingConfig] = Field(
         default=None, description="vGPU guest licensing: gridd.conf (and the NLS client token) mounted into the driver container."
@@ -88,11 +91,11 @@ class Driver(_Model):
 class PoolDriver(_Model):
     """A pool's own driver where it differs from `gpu-stack:driver` / `gpu-stack:versions.driver`."""
 
-    mode: Optional[Literal["managed", "host", "precompiled"]] = None
+    mode: Optional[DriverMode] = None
     # Full version (managed) or branch (precompiled), as the stack-wide keys.
     version: Optional[str] = None
     branch: Optional[str] = None
-    kernel_module_type: Optional[Literal["auto", "open", "proprietary"]] = None
+    kernel_module_type: Optional[KernelModuleType] = None
     # The driver DaemonSet's name when it is not `nvidia-driver-daemonset-<pool>`: the name it already runs under
     # (after a pool rename, or from a stack deployed before names were stable), so that `pulumi up` updates it in
     # place. Pools that name the same DaemonSet share it.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from typing import Any, Collection, Iterator, Mapping, Optional
 
 from pydantic import BaseModel, SecretStr, ValidationError

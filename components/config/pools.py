@@ -16,7 +16,7 @@ from components.config.drivers import PoolDriver
 from node_images import catalog as node_image_catalog
 
 
-SHARING_STRATEGIES = ("none", "time-slicing", "mps", "mig-single", "mig-mixed")
+SharingStrategy = Literal["none", "time-slicing", "mps", "mig-single", "mig-mixed"]
 # CUDA MPS serves at most 48 client processes per GPU on Volta and later.
 MPS_MAX_REPLICAS = 48
 MIG_LAYOUT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
@@ -189,7 +189,7 @@ def _node_image_problem(value: str) -> Optional[str]:
 
 
 class Sharing(_Model):
-    strategy: Literal["none", "time-slicing", "mps", "mig-single", "mig-mixed"] = "none"
+    strategy: SharingStrategy = "none"
     replicas: Optional[int] = Field(default=None, ge=2, le=64)
     rename_by_default: Optional[StrictBool] = None
     fail_requests_greater_than_one: Optional[StrictBool] = None

@@ -73,8 +73,6 @@ RESOURCE_GROUP = "resource.k8s.io"
 MIN_KUBERNETES_MINOR = 32
 # version -> first minor serving it; newest first, the order the chart and the operator prefer.
 SERVED_FROM: dict[str, int] = {"v1": 34, "v1beta2": 33, "v1beta1": 32}
-# Beta API versions are never on by default, so v1 is the only one a cluster serves without opting in.
-DEFAULT_ON_FROM: dict[str, int] = {"v1": 34}
 _KUBERNETES_VERSION = re.compile(r"^v?1\.([0-9]+)(\.[0-9]+)?$")
 
 
@@ -106,16 +104,6 @@ def resource_api_version(kubernetes_versions: Sequence[str]) -> str:
     oldest = min(minors.values())
     version = next(v for v, first in SERVED_FROM.items() if first <= oldest)
     return f"{RESOURCE_GROUP}/{version}"
-
-
-def opt_in_required(kubernetes_versions: Sequence[str]) -> list[str]:
-    """The declared versions that do not serve `resource_api_version(...)` out of the box: their API server needs
-    `--runtime-config=resource.k8s.io/<version>=true` and, before 1.34, the DynamicResourceAllocation feature gate
-    on every control-plane component and kubelet."""
-    minors = _minors(kubernetes_versions)
-    version = resource_api_version(kubernetes_versions).split("/", 1)[1]
-    first = DEFAULT_ON_FROM.get(version)
-    return [v for v, m in minors.items() if first is None or m < first]
 
 
 def resource_module(api_version: str) -> Any:
@@ -250,10 +238,7 @@ CD_DAEMON_CLUSTER_RULES = (
 )
 
 
-# --- adminAccess claims on every GPU of a node -------------------------------------------------------------------
-
-# adminAccess claims are on by default from Kubernetes 1.34, which serves resource.k8s.io/v1 (DRAAdminAccess beta).
-ADMIN_ACCESS_API_VERSION = f"{RESOURCE_GROUP}/v1"
+# --- adminAccess claims on every GPU of a node: on by default from Kubernetes 1.34 (DRAAdminAccess beta) --------
 
 
 def admin_claim_template(

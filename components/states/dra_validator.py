@@ -10,7 +10,7 @@ non-exclusive: it reserves nothing and is satisfiable on a busy node. An adminAc
 namespace labelled `resource.kubernetes.io/admin-access: "true"` (GO asset comment; kubernetes
 test/integration/dra/adminaccess.go), and the DRAAdminAccess gate is alpha (off) on 1.32 and 1.33 and beta (on)
 from 1.34 (kubernetes pkg/features/kube_features.go): before 1.34 the API server drops the field and the claim
-would hold a GPU for good, so the validator is refused there (`validator_problem`).
+would hold a GPU for good, so the validator is refused there (`DraValidator` names the API version it needs).
 
 The pods carry `app: nvidia-operator-validator`, as NVIDIA's do, while the DaemonSet selects them by
 `app.kubernetes.io/name: nvidia-dra-validator` (so it never adopts the operator validator's pods, nor that
@@ -62,7 +62,7 @@ from components.kit.builders import (
     mount,
     operand_daemonset,
 )
-from components.kit.dra_api import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP, resource_api_version
+from components.kit.dra_api import GPU_CLASS, NAME_LABEL, RESOURCE_GROUP
 from components.kit.dra_plugin import pool_affinity
 from components.kit.rbac import SCC_USE, rbac_set, rule
 
@@ -78,19 +78,6 @@ NAMESPACE_LABELS = {ADMIN_ACCESS_LABEL: "true"}
 VALIDATOR_APP = "nvidia-operator-validator"
 REQUIRED_API_VERSION = f"{RESOURCE_GROUP}/v1"
 ADMIN_ACCESS_DEFAULT_FROM = "1.34"
-
-
-def validator_problem(kubernetes_versions: Sequence[str]) -> Optional[str]:
-    """Why the DRA validator cannot run on every declared Kubernetes version, or None. adminAccess is on by
-    default exactly where resource.k8s.io/v1 is (1.34), so the chosen API version decides."""
-    chosen = resource_api_version(kubernetes_versions)
-    if chosen == REQUIRED_API_VERSION:
-        return None
-    return (
-        f"the DRA validator claims a GPU with adminAccess, on by default from Kubernetes {ADMIN_ACCESS_DEFAULT_FROM}; "
-        f"with {', '.join(kubernetes_versions)} declared ({chosen}) the API server may drop the field and the "
-        "validator would hold a GPU of every node"
-    )
 
 
 VALIDATIONS_MOUNT = mount(VALIDATIONS_VOLUME.name, consts.VALIDATIONS_DIR)

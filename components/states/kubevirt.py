@@ -90,10 +90,6 @@ def permitted_mediated_devices(pools: Sequence[tuple[str, str]], custom: vgpu_ca
     return devices
 
 
-def unnamed_pci_ids(gpu_model: str) -> list[str]:
-    return [pci_id for pci_id in GPU_MODELS[gpu_model].pci_device_ids if kubevirt_resource_name(pci_id) is None]
-
-
 class KubeVirtHostDevices(pulumi.ComponentResource):
     patch: k8s.apiextensions.CustomResourcePatch
 

@@ -219,7 +219,6 @@ class NodeFeatureDiscovery(pulumi.ComponentResource):
         name: str,
         *,
         namespace: str,
-        chart_version: str,
         daemonsets: DaemonSets,
         registry_override: Optional[str],
         pull_secrets: Sequence[str] = (),

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from components.catalogs import consts
+from components.config.drivers import KERNEL_MODULE_TYPES
 from gpustack.importer.clusterpolicy import OBJECT_FIELDS as POLICY_OBJECT_FIELDS
 from gpustack.importer.common import ImportInputError, objects_of, shown_input
 from gpustack.importer.ledger import empty, leaves, under
@@ -37,7 +38,6 @@ KIND = "NVIDIADriver"
 OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
 DRIVER_TYPES = ("gpu", "vgpu", "vgpu-host-manager")
 VGPU_HOST_MANAGER = "vgpu-host-manager"
-KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")
 # The DaemonSet template's own toleration and priority class (GO:manifests/state-driver/0500_daemonset.yaml).
 TEMPLATE_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TEMPLATE_PRIORITY_CLASS = "system-node-critical"
@@ -70,7 +70,6 @@ REPLACED_SECTIONS = ("driver", "gds", "gdrcopy", "vgpuManager")
 REPLACED_REASON = "driver.useNvidiaDriverCRD is true: the operator takes the drivers from the NVIDIADriver objects"
 # The driver section's fields that still count in NVIDIADriver mode.
 KEPT_DRIVER_FIELDS = ("useNvidiaDriverCRD",)
-CRD_MODE = "driver.useNvidiaDriverCRD"
 # Fields each object decides for its own nodes (the pools it owns), never compared across objects.
 PER_POOL = ("default", "driverType", "nodeSelector", "version", "usePrecompiled", "kernelModuleType", "useOpenKernelModules")
 # Pod settings the template applies to the object's DaemonSet alone.

@@ -145,7 +145,7 @@ def print_line(line: str) -> None:
     print(line, flush=True)
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
     raise Shutdown()
 
 

@@ -33,8 +33,6 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 # Slack on top of the server-side watch timeout before the client gives up on a
 # connection that died silently (e.g. a dropped NAT entry).
 WATCH_CLIENT_SLACK_SECONDS = 30.0
-BACKOFF_BASE_SECONDS = backoff.BASE_SECONDS
-BACKOFF_CAP_SECONDS = backoff.CAP_SECONDS
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 Log = Callable[[dict[str, Any]], None]
@@ -128,11 +126,6 @@ def is_transient(exc: BaseException) -> bool:
         # status 0 is how the client reports TLS failures, e.g. during API server rotation.
         return status == 0 or status in (409, 410, 429) or status >= 500
     return isinstance(exc, urllib3.exceptions.HTTPError)
-
-
-def backoff_delay(failures: int, rng: Callable[[], float] = random.random) -> float:
-    """The pause after ``failures`` failures in a row (:func:`.backoff.delay`)."""
-    return backoff.delay(failures, rng)
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

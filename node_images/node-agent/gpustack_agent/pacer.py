@@ -20,7 +20,7 @@ coordinator grants in the order nodes asked (:mod:`.grants`, :mod:`.coordinator`
   the slot given back. One not Ready within ``nodeReadyTimeoutSeconds`` leaves the node cordoned and its slot
   marked failed, which halts the rollout.
 
-A node shows its step in ``gpu-stack/upgrade-state`` (:data:`upgrade.STATES`). Waiting costs the API server
+A node shows its step in ``gpu-stack/upgrade-state`` (:class:`upgrade.UpgradeState`). Waiting costs the API server
 nothing: a node that asked for a slot reads nothing until its grant arrives on its own Node, which it watches
 anyway; a holder follows its pods from one list and a watch (:class:`.podwatch.PodCache`), judging every pod event
 without a read.

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 # Every driver DaemonSet's pods carry it (components/states/driver/state.py), whatever the DaemonSet is called, and an
 # orphaned pod keeps it after its DaemonSet is gone.
@@ -74,10 +74,6 @@ def is_sandbox_validator(pod: Mapping[str, Any]) -> bool:
 def is_orphan(pod: Mapping[str, Any]) -> bool:
     """A driver pod whose DaemonSet was deleted with orphan propagation: nothing will ever replace or remove it."""
     return is_driver_pod(pod) and owner(pod, "DaemonSet") is None
-
-
-def on_nodes(pods: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[Mapping[str, Any]]:
-    return [p for p in pods if node_name(p) in nodes]
 
 
 def container_failures(pod: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -31,10 +31,10 @@ class _RawWatch(watch.Watch):
             _RawWatch._shared_client = client.ApiClient()
         self._api_client = _RawWatch._shared_client
 
-    def get_return_type(self, func: Any) -> str:
+    def get_return_type(self, _func: Any) -> str:
         return ""
 
-    def get_watch_argument_name(self, func: Any) -> str:
+    def get_watch_argument_name(self, _func: Any) -> str:
         # Every call here lists objects (`watch=true`), never follows a log; the client would otherwise read the
         # list method's signature and docstring on every watch to tell.
         return "watch"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from . import driverimages
+from .budget import DRIVER_HANDOVER, LABEL_REMOVAL, MIG_RELAYOUT
 from . import pods as podinfo
 from .labels import APPLIED_LABELS_ANNOTATION, DRIVER_LABEL, OPERANDS_LABEL, Config, applied_record, desired_patch
 
@@ -70,10 +71,10 @@ class Plan:
     def reason(self) -> str:
         """Why the node takes a slot, as the budget records it."""
         if self.driver_change:
-            return "driver-handover"
+            return DRIVER_HANDOVER
         if self.mig_change and not self.removing:
-            return "mig-relayout"
-        return "label-removal"
+            return MIG_RELAYOUT
+        return LABEL_REMOVAL
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:

@@ -17,20 +17,33 @@ This module is pure: pods, DaemonSets and ControllerRevisions are dicts shaped l
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Mapping, Sequence
 
 from . import pods as podinfo
 
 UPGRADE_STATE_LABEL = "gpu-stack/upgrade-state"
-WAITING = "upgrade-required"  # a change waits for a slot
-DRAINING = "drain-required"  # holding a slot: cordoned, GPU work being evicted or waited for
-RESTARTING = "pod-restart-required"  # the old driver pod deleted, waiting until the new one is Ready (validated)
-CHANGING = "change-in-progress"  # holding a slot for a handover, label removal or MIG relayout
-DONE = "upgrade-done"
-FAILED = "upgrade-failed"  # the new driver did not become Ready in time: cordoned, and the rollout halted
-STATES = (WAITING, DRAINING, RESTARTING, CHANGING, DONE, FAILED)
+
+
+class UpgradeState(StrEnum):
+    """A node's step in a paced change, as ``gpu-stack/upgrade-state`` shows it (the label's values, spelt as NVIDIA's
+    upgrade controller spells the same steps): waiting for a slot, then holding one until done or failed."""
+
+    WAITING = "upgrade-required"  # a change waits for a slot
+    DRAINING = "drain-required"  # holding a slot: cordoned, GPU work being evicted or waited for
+    RESTARTING = "pod-restart-required"  # the old driver pod deleted, waiting until the new one is Ready (validated)
+    CHANGING = "change-in-progress"  # holding a slot for a handover, label removal or MIG relayout
+    DONE = "upgrade-done"
+    FAILED = "upgrade-failed"  # the new driver did not become Ready in time: cordoned, and the rollout halted
+
+    # As the label's plain value hashes: a member and the str read back from a Node are one key in a dict or set.
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+
+WAITING, DRAINING, RESTARTING, CHANGING, DONE, FAILED = UpgradeState
 # The states of a node that holds a slot: after a restart, an agent that finds one of these reads the budget.
-HOLDING_STATES = (DRAINING, RESTARTING, CHANGING, FAILED)
+HOLDING_STATES = frozenset({DRAINING, RESTARTING, CHANGING, FAILED})
 
 # Says that this agent cordoned the node, so that it lifts only its own cordon, never one a person or another
 # controller set.

@@ -253,7 +253,7 @@ def test_an_api_never_reached_within_the_timeout_exits_1_and_leaves_the_node_alo
     assert clock.now == 60
     assert fake.nodes[NODE]["spec"] == {"taints": [GPU_TAINT]}
     # Bounded backoff: capped at 30 s (times three quarters) and never past the deadline.
-    assert max(clock.sleeps) <= completion.kube.BACKOFF_CAP_SECONDS
+    assert max(clock.sleeps) <= completion.kube.backoff.CAP_SECONDS
 
 
 def test_pods_never_listed_within_the_timeout_lift_the_hold_and_exit_1():

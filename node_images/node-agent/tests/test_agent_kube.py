@@ -114,13 +114,6 @@ def test_is_transient(exc, transient):
     assert kube.is_transient(exc) is transient
 
 
-def test_backoff_grows_and_is_capped():
-    assert kube.backoff_delay(1, rng=lambda: 1.0) == 1.0
-    assert kube.backoff_delay(3, rng=lambda: 1.0) == 4.0
-    assert kube.backoff_delay(20, rng=lambda: 1.0) == kube.BACKOFF_CAP_SECONDS
-    assert kube.backoff_delay(3, rng=lambda: 0.0) == 2.0
-
-
 # --- label loop ------------------------------------------------------------
 
 

@@ -80,8 +80,6 @@ DTK_ENTRYPOINT = "ocp_dtk_entrypoint"
 DTK_DRIVER_VERB = "nv-ctr-run-with-dtk"
 DTK_BUILD_VERB = "dtk-build-driver"
 DTK_SIDECAR_VERBS = {"nvidia-fs-ctr": "nv-fs-ctr-run-with-dtk", "nvidia-gdrcopy-ctr": "gdrcopy-ctr-run-with-dtk"}
-# Where the cluster publishes one DTK image per RHCOS build (`oc get imagestream driver-toolkit -n openshift`).
-DTK_IMAGESTREAM = ("openshift", "driver-toolkit")
 
 # --- cluster proxy -------------------------------------------------------------------------------------------------
 # The operator's trusted CA ConfigMap: OpenShift's network operator fills `ca-bundle.crt` with the cluster's

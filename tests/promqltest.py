@@ -1,8 +1,5 @@
-"""PromQL analysis for the offline checks: which metrics an expression reads, by a real parser.
-
-Kept out of components/ because the Pulumi program itself never parses PromQL: `promql-parser` is a
-development requirement, and a deployment installs only requirements.txt.
-"""
+"""PromQL analysis for the tests: which metrics an expression reads, by a real parser (`promql-parser`, a
+development requirement), so every alert, recording rule and dashboard panel is held to series something exports."""
 
 from __future__ import annotations
 
