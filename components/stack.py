@@ -46,6 +46,15 @@ from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, d
 from components.states.validator import ready_files as validator_ready_files
 
 
+def validated_files(cfg: StackConfig) -> ValidatedFiles:
+    """The validator files a driver pod's readiness waits for, by what the stack validates on its nodes."""
+    gpudirect = cfg.gpudirect.validated_components
+    return ValidatedFiles(
+        device_plugin=validator_ready_files(device_plugin=cfg.components.device_plugin, gpudirect=gpudirect),
+        dra=dra_ready_files(gpudirect=gpudirect),
+    )
+
+
 class GpuStack(VmStates, pulumi.ComponentResource):
     """Every enabled operator state as a child component, in state order."""
 
@@ -155,11 +164,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         )
 
     def _validated_files(self) -> ValidatedFiles:
-        gpudirect = self._cfg.gpudirect.validated_components
-        return ValidatedFiles(
-            device_plugin=validator_ready_files(device_plugin=self._cfg.components.device_plugin, gpudirect=gpudirect),
-            dra=dra_ready_files(gpudirect=gpudirect),
-        )
+        return validated_files(self._cfg)
 
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
         if not self._driver_daemonsets:

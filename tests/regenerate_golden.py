@@ -1,4 +1,5 @@
-"""Rewrite tests/golden/<stack>/manifests.yaml for every stack: `.venv/bin/python tests/regenerate_golden.py`.
+"""Rewrite tests/golden/<stack>/manifests.yaml for every stack, and tests/golden/driver/<feature>.yaml for every
+feature of the driver pod: `.venv/bin/python tests/regenerate_golden.py`.
 
 Run it after an intended change and commit the diff: the reviewer reads the effect on the cluster there.
 """
@@ -12,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from driverfeatures import FEATURES, golden_path, rendered  # noqa: E402
 from gpustack.render import manifests_yaml  # noqa: E402
 from stacktest import STACKS, render_stack  # noqa: E402
 
@@ -23,6 +25,11 @@ def main() -> None:
         target = GOLDEN / stack / "manifests.yaml"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(manifests_yaml(render_stack(stack)))
+        print(f"wrote {target.relative_to(ROOT)}")
+    for feature in FEATURES:
+        target = golden_path(feature)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(rendered(feature))
         print(f"wrote {target.relative_to(ROOT)}")
 
 

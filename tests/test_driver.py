@@ -15,6 +15,7 @@ from components.states.driver.targets import plan_targets
 from components.states.driver.state import DAEMONSET
 from gpustack.render import graph, manifests_yaml
 from node_images import catalog as node_image_catalog
+from driverfeatures import driver_daemonsets as planned_drivers
 from stacktest import STACKS, bag, container, env_of, objects, render, render_stack, stack_config
 
 NVIDIA = "nvcr.io/nvidia/driver"
@@ -165,7 +166,7 @@ def test_without_the_node_labeller_one_daemonset_keeps_the_operator_name_and_sel
     config["gpu-stack:validation"]["mode"] = "off"
     # No labeller, no agents to replace driver pods: the stack leaves that to whoever deletes them.
     config["gpu-stack:upgrade"] = {"strategy": "manual"}
-    ds = driver_daemonsets(render(config))
+    ds = planned_drivers(config)
     assert list(ds) == ["nvidia-driver-daemonset"]
     assert container(ds["nvidia-driver-daemonset"], "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu22.04"
     assert served_pools(ds["nvidia-driver-daemonset"]) is None
@@ -249,7 +250,7 @@ def test_driver_daemonset_selectors_are_disjoint(stack):
 
 
 def test_adversarial_stack_gives_each_pool_exactly_one_daemonset():
-    daemonsets = driver_daemonsets(render(adversarial_config()))
+    daemonsets = planned_drivers(adversarial_config())
     served = sorted(pool for ds in daemonsets.values() for pool in served_pools(ds))
     assert served == sorted(["canary", "canary-2", "train-a100", "infer-l40s", "pinned", "managed"])
     pinned = daemonsets["nvidia-driver-daemonset-pinned"]
@@ -303,7 +304,7 @@ def test_default_upgrade_policy_evicts_gpu_pods_one_node_at_a_time():
 def test_manual_strategy_leaves_driver_pods_until_someone_deletes_them():
     config = stack_config("prod-managed")
     config["gpu-stack:upgrade"] = {"strategy": "manual", "gpuPodEviction": False, "drain": {"force": True, "timeoutSeconds": 0}}
-    ds = objects(render(config), "DaemonSet")["nvidia-driver-daemonset-training"]
+    ds = planned_drivers(config)["nvidia-driver-daemonset-training"]
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     env = manager_env(ds)
     assert (env["ENABLE_GPU_POD_EVICTION"], env["DRAIN_USE_FORCE"], env["DRAIN_TIMEOUT_SECONDS"]) == ("false", "true", "0s")
@@ -441,7 +442,7 @@ def test_a_driver_pod_is_ready_only_once_its_node_validated():
             assert probe["exec"]["command"] == ["sh", "-c", " && ".join(f"test -f /run/nvidia/validations/{f}" for f in files)]
     config = stack_config("dev")
     config["gpu-stack:components"] = {"devicePlugin": False}
-    probe = container(driver_daemonsets(render(config))["nvidia-driver-daemonset"], "nvidia-driver-ctr")["readinessProbe"]
+    probe = container(planned_drivers(config)["nvidia-driver-daemonset"], "nvidia-driver-ctr")["readinessProbe"]
     # without a device plugin the validator has no plugin check, so it never writes plugin-ready
     assert "plugin-ready" not in probe["exec"]["command"][2]
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, gds_needs_open_modules, load_config
+from driverfeatures import driver_daemonsets as planned_drivers
 from stacktest import bag, container, env_of, objects, render, render_stack, stack_config
 
 TRAINING = stack_config("gpudirect-training")
@@ -80,8 +81,7 @@ def test_sidecars_wait_for_the_driver_and_are_started_once_their_module_is_loade
 
 
 def test_host_mofed_points_the_peermem_build_at_the_hosts_sources():
-    recording = render(variant(rdma={"enabled": True, "useHostMofed": True}), stack="gpudirect-training")
-    ds = driver_daemonsets(recording)["nvidia-driver-daemonset-h100"]
+    ds = planned_drivers(variant(rdma={"enabled": True, "useHostMofed": True}))["nvidia-driver-daemonset-h100"]
     volumes = {v["name"]: v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
     assert volumes["mlnx-ofed-usr-src"] == "/usr/src"
     assert volumes["run-mellanox-drivers"] == "/run/mellanox/drivers"
@@ -150,7 +150,7 @@ def test_a_stack_without_gpudirect_renders_none_of_it():
 def test_turning_gpudirect_on_changes_the_driver_config_digest():
     """k8s-driver-manager keeps a loaded driver when the digest is unchanged; peermem needs a rebuild."""
     def digest(config: dict[str, Any]) -> str:
-        ds = driver_daemonsets(render(config, stack="gpudirect-training"))["nvidia-driver-daemonset-h100"]
+        ds = planned_drivers(config)["nvidia-driver-daemonset-h100"]
         return env_of(container(ds, "nvidia-driver-ctr"))["DRIVER_CONFIG_DIGEST"]
 
     with_rdma = variant(rdma={"enabled": True})
