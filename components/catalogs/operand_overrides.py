@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from .consts import DRIVER_CONTAINER, DRIVER_MANAGER_CONTAINER, GDRCOPY_CONTAINER, GDS_CONTAINER, PEERMEM_CONTAINER
 from .openshift import DTK_CONTAINER, OPENSHIFT_VERSION_ENV, PROXY_ENV_NAMES
 
 DOWNWARD_API = "gpu-stack (downward API)"
@@ -101,7 +102,7 @@ _DRIVER_MANAGER_ENV = {
 }
 
 def _own_driver_manager(pod: str) -> OperandTarget:
-    return OperandTarget(containers=("k8s-driver-manager",), image="driverManager", owned_env=_DRIVER_MANAGER_ENV,
+    return OperandTarget(containers=(DRIVER_MANAGER_CONTAINER,), image="driverManager", owned_env=_DRIVER_MANAGER_ENV,
                          runs_in=(pod,), falls_back_to="driverManager")
 
 
@@ -125,7 +126,7 @@ _LEADER_ELECTION_ENV = (
 OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
     {
         "driver": OperandTarget(
-            containers=("nvidia-driver-ctr",),
+            containers=(DRIVER_CONTAINER,),
             image="driver",
             os_tagged=True,
             resources_also_reach=_DTK_SIDECAR,
@@ -145,7 +146,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
         ),
         # k8s-driver-manager runs in front of the driver, the vGPU manager and the VFIO manager alike.
         "driverManager": OperandTarget(
-            containers=("k8s-driver-manager",),
+            containers=(DRIVER_MANAGER_CONTAINER,),
             image="driverManager",
             owned_env=_DRIVER_MANAGER_ENV,
             runs_in=("driver", "vgpuManager", "vfioManager"),
@@ -246,7 +247,7 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             owned_env={"COMPONENT": GPU_STACK, "METRICS_PORT": GPU_STACK, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         "vgpuManager": OperandTarget(
-            containers=("nvidia-driver-ctr",),  # in its own DaemonSet: the NVIDIADriver form's container name
+            containers=(DRIVER_CONTAINER,),  # in its own DaemonSet: the NVIDIADriver form's container name
             image_set_by="vgpu.managerImage",
             resources_also_reach=_DTK_SIDECAR,
             openshift_env=True,
@@ -284,10 +285,10 @@ OPERANDS: Mapping[str, OperandTarget] = MappingProxyType(
             owned_env={"DEFAULT_CC_MODE": "sandboxWorkloads.ccManager.defaultMode", "NVIDIA_VISIBLE_DEVICES": GPU_STACK},
         ),
         # The GPUDirect sidecars of the driver pods: their tags get the node's OS, as the driver's does.
-        "gds": OperandTarget(containers=("nvidia-fs-ctr",), image="gds", os_tagged=True, runs_in=("driver",)),
-        "gdrcopy": OperandTarget(containers=("nvidia-gdrcopy-ctr",), image="gdrcopy", os_tagged=True, runs_in=("driver",)),
+        "gds": OperandTarget(containers=(GDS_CONTAINER,), image="gds", os_tagged=True, runs_in=("driver",)),
+        "gdrcopy": OperandTarget(containers=(GDRCOPY_CONTAINER,), image="gdrcopy", os_tagged=True, runs_in=("driver",)),
         "peermem": OperandTarget(
-            containers=("nvidia-peermem-ctr",),
+            containers=(PEERMEM_CONTAINER,),
             image_set_by="operands.driver (peermem runs from the driver image)",
             runs_in=("driver",),
             owned_env={"USE_HOST_MOFED": HOST_MOFED, "NVIDIA_VISIBLE_DEVICES": GPU_STACK},

@@ -79,7 +79,7 @@ VOLUMES = (
 
 def driver_manager(image: str) -> ContainerArgs:
     return ContainerArgs(
-        name="k8s-driver-manager",
+        name=consts.DRIVER_MANAGER_CONTAINER,
         image=image,
         image_pull_policy="IfNotPresent",
         command=["driver-manager"],

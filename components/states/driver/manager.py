@@ -45,7 +45,7 @@ def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequenc
     """k8s-driver-manager in front of a host driver (the driver's, the vGPU manager's): it evicts the node's GPU
     pods as the upgrade policy says (`driver_manager_env`) and unloads any NVIDIA driver before the new one loads."""
     return ContainerArgs(
-        name="k8s-driver-manager",
+        name=consts.DRIVER_MANAGER_CONTAINER,
         image=image,
         image_pull_policy="IfNotPresent",
         command=["driver-manager"],

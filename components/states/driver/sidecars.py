@@ -55,7 +55,7 @@ def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions
         # Runs from the driver image: it reloads nvidia_peermem whenever a MOFED reinstall unloads it.
         containers.append(
             ContainerArgs(
-                name="nvidia-peermem-ctr",
+                name=consts.PEERMEM_CONTAINER,
                 image=target.image,
                 image_pull_policy="IfNotPresent",
                 command=["nvidia-driver"],
@@ -74,7 +74,7 @@ def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions
             )
         )
     dtk = target.openshift is not None and target.openshift.toolkit
-    installers = {"nvidia-fs-ctr": ("nvidia-gds-driver", "nvidia_fs"), "nvidia-gdrcopy-ctr": ("nvidia-gdrcopy-driver", "gdrdrv")}
+    installers = {consts.GDS_CONTAINER: ("nvidia-gds-driver", "nvidia_fs"), consts.GDRCOPY_CONTAINER: ("nvidia-gdrcopy-driver", "gdrdrv")}
     for name, image in sidecar_images(target).items():
         installer, module = installers[name]
         containers.append(

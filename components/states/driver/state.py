@@ -221,7 +221,7 @@ def driver_daemonset_parts(
         # Removing a driver DaemonSet must not pull every node's driver at once: its pods stay, and the node agent
         # hands each node to its new DaemonSet (or retires it) at the upgrade's pace.
         annotations={consts.DELETION_PROPAGATION: "orphan"},
-        template_annotations={"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"},
+        template_annotations={"kubectl.kubernetes.io/default-container": consts.DRIVER_CONTAINER},
         extra_node_selector=built_for or None,
         host_pid=True,
         host_network=settings.host_network or None,
@@ -290,7 +290,7 @@ def _driver_container(target: DriverTarget, ext, settings: DriverSettings, valid
     dtk = on_openshift.toolkit
     node_validated = " && ".join(f"test -f {consts.VALIDATIONS_DIR}/{name}" for name in target.validated_files(validated_files))
     return ContainerArgs(
-        name="nvidia-driver-ctr",
+        name=consts.DRIVER_CONTAINER,
         image=target.image,
         image_pull_policy="IfNotPresent",
         command=[DTK_ENTRYPOINT] if dtk else ["nvidia-driver"],

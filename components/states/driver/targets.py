@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
+from components.catalogs import consts
 from components.config import NodePool, StackConfig
 from components.config.image_lists import DriverFlavour
 from components.states.driver.images import os_tagged, sidecar_parts
@@ -175,7 +176,7 @@ def config_digest(target: DriverTarget) -> str:
 
 def sidecar_images(target: DriverTarget) -> dict[str, str]:
     images = {}
-    for name, repository_version in (("nvidia-fs-ctr", target.sidecars.gds), ("nvidia-gdrcopy-ctr", target.sidecars.gdrcopy)):
+    for name, repository_version in ((consts.GDS_CONTAINER, target.sidecars.gds), (consts.GDRCOPY_CONTAINER, target.sidecars.gdrcopy)):
         if repository_version is not None:
             images[name] = os_tagged(*repository_version, target.os_tag)
     return images

@@ -73,7 +73,7 @@ from components.states.driver.state import NAME as DRIVER_COMPONENT
 
 NAME = "nvidia-vgpu-manager"
 DAEMONSET = "nvidia-vgpu-manager-daemonset"
-CONTAINER = "nvidia-driver-ctr"
+CONTAINER = consts.DRIVER_CONTAINER
 COMPONENT = "nvidia-vgpu-host-manager"
 DEPLOY_COMPONENT = "vgpu-manager"
 TERMINATION_GRACE_PERIOD_SECONDS = 120

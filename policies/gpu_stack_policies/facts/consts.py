@@ -118,6 +118,14 @@ def deploy_label(component: str) -> str:
     return f"{DEPLOY_PREFIX}{component}"
 
 
+# --- the driver pod's containers (GO:manifests/state-driver/0500_daemonset.yaml): one spelling for the builders, the
+# operand overrides and the OpenShift Driver Toolkit verbs (the policy pack keeps its own list, as an independent check)
+DRIVER_CONTAINER = "nvidia-driver-ctr"
+DRIVER_MANAGER_CONTAINER = "k8s-driver-manager"
+PEERMEM_CONTAINER = "nvidia-peermem-ctr"
+GDS_CONTAINER = "nvidia-fs-ctr"
+GDRCOPY_CONTAINER = "nvidia-gdrcopy-ctr"
+
 # --- host paths (Appendix C) ---------------------------------------------------------------------------------
 VALIDATIONS_DIR = "/run/nvidia/validations"
 DRIVER_INSTALL_DIR = "/run/nvidia/driver"

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .consts import GDRCOPY_CONTAINER, GDS_CONTAINER
+
 SCC_API_VERSION = "security.openshift.io/v1"
 SCC_KIND = "SecurityContextConstraints"
 # NVIDIA's SCCs copy the privileged SCC's description with it.
@@ -79,7 +81,7 @@ DTK_SHARED_DIR = "/mnt/shared-nvidia-driver-toolkit"
 DTK_ENTRYPOINT = "ocp_dtk_entrypoint"
 DTK_DRIVER_VERB = "nv-ctr-run-with-dtk"
 DTK_BUILD_VERB = "dtk-build-driver"
-DTK_SIDECAR_VERBS = {"nvidia-fs-ctr": "nv-fs-ctr-run-with-dtk", "nvidia-gdrcopy-ctr": "gdrcopy-ctr-run-with-dtk"}
+DTK_SIDECAR_VERBS = {GDS_CONTAINER: "nv-fs-ctr-run-with-dtk", GDRCOPY_CONTAINER: "gdrcopy-ctr-run-with-dtk"}
 
 # --- cluster proxy -------------------------------------------------------------------------------------------------
 # The operator's trusted CA ConfigMap: OpenShift's network operator fills `ca-bundle.crt` with the cluster's
