@@ -1,7 +1,8 @@
 """GpuStack: instantiates the enabled states in `order.STATE_ORDER` and threads the `depends_on` edges.
 
-Each state is built by one method below, which hands its component only the slice of configuration it needs; the
-VM-workload states' methods are in components/stack_vm.py (VmStates).
+Each state is built by one method below, named after the state's module in order.py, which hands its component only
+the slice of configuration it needs. What is planned before anything registers (every driver-like DaemonSet and its
+template digest) is components/plan.py's.
 """
 
 from __future__ import annotations
@@ -14,48 +15,45 @@ import pulumi_kubernetes as k8s
 from components.catalogs import dcgm_metrics
 from components.config import ServiceMonitorSettings, StackConfig
 from components.kit import sharing, sources
-from components.kit.sources import decided_by, decides
 from components.kit.deferred import Later
 from components.kit.dra_api import example_claim_templates, resource_api_version
+from components.kit.sources import decided_by, decides
 from components.kit.stack_digest import stack_digest
-from components.states.driver.targets import ValidatedFiles, gpudirect_sidecars, plan_targets
-from components.states.node_inventory import NodeInventory
-from components.states.node_labeler import NodeLabeler, Removal
-from components.states.node_write_policy import GpuNodeAccounts, NodeBoundWrites, node_bound_writes
 from components.kit.stack_inputs import operands
-from components.states.validation_gate import ValidationGate
-from components.states.waves import DriverWaves
-from components.stack_vm import VmStates
+from components.plan import plan_stack
+from components.states.cc_manager import CcManager
 from components.states.dcgm import DRA_REMOTE_HOSTENGINE, REMOTE_HOSTENGINE, Dcgm
 from components.states.dcgm_exporter import DcgmExporter, DraTarget
 from components.states.device_plugin import DevicePlugin
 from components.states.dra_driver import DraDriver
 from components.states.dra_validator import NAMESPACE_LABELS as DRA_NAMESPACE_LABELS
 from components.states.dra_validator import DraValidator
-from components.states.driver.state import Driver, plan_driver_daemonsets
+from components.states.driver.state import Driver
+from components.states.driver.vgpu_manager import VgpuManager
 from components.states.gfd import GpuFeatureDiscovery
+from components.states.kata_device_plugin import KataDevicePlugin
+from components.states.kubevirt import KubeVirtHostDevices, permitted_mediated_devices, permitted_pci_devices
 from components.states.mig_manager import MigManager
 from components.states.monitoring import StackMonitoring
 from components.states.mps import MpsControlDaemon
 from components.states.nfd import NodeFeatureDiscovery
+from components.states.node_inventory import NodeInventory
+from components.states.node_labeler import NodeLabeler, Removal
 from components.states.node_status_exporter import NodeStatusExporter
+from components.states.node_write_policy import GpuNodeAccounts, NodeBoundWrites, node_bound_writes
 from components.states.order import STATE_ORDER
 from components.states.prerequisites import PreRequisites, RegistryLogin
+from components.states.sandbox_device_plugin import SandboxDevicePlugin
+from components.states.sandbox_validator import SandboxValidator
 from components.states.toolkit import ContainerToolkit, runtime_files
-from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, dra_ready_files, node_checks
-from components.states.validator import ready_files as validator_ready_files
+from components.states.validation_gate import ValidationGate
+from components.states.validator import NODE_CHECK_VOLUMES, OperatorValidator, node_checks
+from components.states.vfio_manager import VfioManager
+from components.states.vgpu_device_manager import VgpuDeviceManager
+from components.states.waves import DriverWaves
 
 
-def validated_files(cfg: StackConfig) -> ValidatedFiles:
-    """The validator files a driver pod's readiness waits for, by what the stack validates on its nodes."""
-    gpudirect = cfg.gpudirect.validated_components
-    return ValidatedFiles(
-        device_plugin=validator_ready_files(device_plugin=cfg.components.device_plugin, gpudirect=gpudirect),
-        dra=dra_ready_files(gpudirect=gpudirect),
-    )
-
-
-class GpuStack(VmStates, pulumi.ComponentResource):
+class GpuStack(pulumi.ComponentResource):
     """Every enabled operator state as a child component, in state order."""
 
     states: dict[str, pulumi.ComponentResource]
@@ -74,13 +72,9 @@ class GpuStack(VmStates, pulumi.ComponentResource):
         self._cfg = cfg
         self._stack = pulumi.get_stack()
         self._ops = operands(cfg)
-        self._driver_targets = plan_targets(cfg, self._ops.images.driver_repository, gpudirect_sidecars(cfg))
-        # Planned (not registered) up front: `node-labeling`, earlier in the state order, names each one's template
-        # digest in its document, and `state-driver` registers exactly what was digested.
-        self._driver_daemonsets = plan_driver_daemonsets(
-            self._ops, self._driver_targets, cfg.upgrade, self._validated_files(), cfg.driver
-        )
-        self._plan_vm_managers()
+        # Planned (not registered) up front: `node-labeling`, earlier in the state order, names each driver-like
+        # DaemonSet's template digest in its document, and the later states register exactly what was digested.
+        self._plan = plan_stack(cfg, self._ops)
         self.states = {}
         # The gates the later upgrade waves' driver DaemonSets wait for; `state-driver` creates those DaemonSets
         # before `driver-waves` creates the gates.
@@ -153,8 +147,8 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             pools=cfg.node_pools,
             # pool -> its driver DaemonSets, one per node image; the agent writes the one of the image a node runs
             # as the node's gpu-stack/driver label
-            driver_images=self._driver_like_images(),
-            driver_digests=self._driver_like_digests(),
+            driver_images=self._plan.driver_like_images(self._cfg),
+            driver_digests=self._plan.driver_like_digests(),
             sandbox_mode=cfg.sandbox_workloads.mode,
             device_plugin_configs=cfg.components.device_plugin and bool(cfg.shared_pools),
             removal=Removal.of(cfg.upgrade, cfg.cluster.namespace),
@@ -163,23 +157,20 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _validated_files(self) -> ValidatedFiles:
-        return validated_files(self._cfg)
-
     def _driver(self, after: list[pulumi.Resource]) -> Optional[Driver]:
-        if not self._driver_daemonsets:
+        if not self._plan.drivers:
             return None
         waves = self._cfg.upgrade.waves
         wave_of = {pool: i for i, wave in enumerate(waves) for pool in wave.pools}
         waits_for = {}
-        for target in self._driver_targets:
+        for target in self._plan.driver_targets:
             wave = wave_of.get(target.pools[0], 0)
             if wave > 0:
                 waits_for[target.daemonset] = [self._gates[pool].output for pool in waves[wave - 1].pools]
         return Driver(
             "state-driver",
             ops=self._ops,
-            planned=self._driver_daemonsets,
+            planned=self._plan.drivers,
             waits_for=waits_for,
             pools={p.name: p for p in self._cfg.node_pools},
             upgrade=self._cfg.upgrade,
@@ -201,7 +192,7 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             ops=self._ops,
             gate_image=cfg.node_agent.image,
             gated_pools=[pools[name] for wave in waves[:-1] for name in wave.pools],
-            targets=self._driver_targets,
+            targets=self._plan.driver_targets,
             daemonsets=driver.daemonsets,
             upgrade=cfg.upgrade,
             timeout_of={name: wave.timeout_seconds for wave in waves for name in wave.pools},
@@ -447,11 +438,96 @@ class GpuStack(VmStates, pulumi.ComponentResource):
             mode=cfg.validation.mode,
             timeout_seconds=cfg.validation.timeout_seconds,
             stack_digest=stack_digest(cfg),
-            driver_daemonsets=list(self._driver_like_digests()),
+            driver_daemonsets=list(self._plan.driver_like_digests()),
             pools=cfg.node_pools,
             sandbox_validator="state-sandbox-validation" in self.states,
             dra_validator="state-dra-validation" in self.states,
             # after every state, not only the previous one: it judges the whole stack
             depends_on=list(self.states.values()),
+            opts=self._opts(),
+        )
+
+    # --- the VM-workload states (pools running VMs: vm-passthrough, vm-vgpu) ---------------------------------------
+
+    def _vm_pools(self) -> bool:
+        return bool(self._cfg.pools_of("vm-passthrough", "vm-vgpu"))
+
+    def _vgpu_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuManager]:
+        if not self._plan.vgpu_managers:
+            return None
+        assert self._cfg.vgpu.manager_image is not None
+        return VgpuManager(
+            "state-vgpu-manager",
+            ops=self._ops,
+            image=self._cfg.vgpu.manager_image,
+            upgrade=self._cfg.upgrade,
+            planned=self._plan.vgpu_managers,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _vgpu_device_manager(self, after: list[pulumi.Resource]) -> Optional[VgpuDeviceManager]:
+        if not self._cfg.pools_of("vm-vgpu"):
+            return None
+        return VgpuDeviceManager(
+            "state-vgpu-device-manager",
+            ops=self._ops,
+            default_config=self._cfg.vgpu.default_config,
+            configs=self._cfg.vgpu.custom_configs,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _sandbox_validator(self, after: list[pulumi.Resource]) -> Optional[SandboxValidator]:
+        if not self._vm_pools():
+            return None
+        sandbox = self._cfg.sandbox_workloads
+        return SandboxValidator(
+            "state-sandbox-validation",
+            ops=self._ops,
+            cc_manager=sandbox.mode == "kata" and sandbox.cc_manager.enabled,
+            vgpu=bool(self._cfg.pools_of("vm-vgpu")),
+            default_workload=self._cfg.sandbox_workloads.default_workload,
+            depends_on=after,
+            opts=self._opts(),
+        )
+
+    def _vfio_manager(self, after: list[pulumi.Resource]) -> Optional[VfioManager]:
+        if not self._plan.vfio_managers:
+            return None
+        return VfioManager("state-vfio-manager", ops=self._ops, planned=self._plan.vfio_managers[0], depends_on=after, opts=self._opts())
+
+    def _sandbox_device_plugin(self, after: list[pulumi.Resource]) -> Optional[SandboxDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kubevirt":
+            return None
+        return SandboxDevicePlugin("state-sandbox-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _kata_device_plugin(self, after: list[pulumi.Resource]) -> Optional[KataDevicePlugin]:
+        if not self._vm_pools() or self._cfg.sandbox_workloads.mode != "kata":
+            return None
+        return KataDevicePlugin("state-kata-device-plugin", ops=self._ops, depends_on=after, opts=self._opts())
+
+    def _cc_manager(self, after: list[pulumi.Resource]) -> Optional[CcManager]:
+        sandbox = self._cfg.sandbox_workloads
+        if not self._vm_pools() or sandbox.mode != "kata" or not sandbox.cc_manager.enabled:
+            return None
+        return CcManager(
+            "state-cc-manager", ops=self._ops, default_mode=sandbox.cc_manager.default_mode, depends_on=after, opts=self._opts()
+        )
+
+    def _kubevirt(self, after: list[pulumi.Resource]) -> Optional[KubeVirtHostDevices]:
+        cfg = self._cfg
+        sandbox = cfg.sandbox_workloads
+        models = [p.gpu_model for p in cfg.pools_of("vm-passthrough")]
+        vgpu_pools = [(p.gpu_model, p.vgpu_config or cfg.vgpu.default_config) for p in cfg.pools_of("vm-vgpu")]
+        if not (models or vgpu_pools) or sandbox.mode != "kubevirt" or not sandbox.kubevirt.permit_host_devices:
+            return None
+        return KubeVirtHostDevices(
+            "kubevirt-host-devices",
+            kubevirt_name=sandbox.kubevirt.name,
+            kubevirt_namespace=sandbox.kubevirt.namespace,
+            devices=permitted_pci_devices(models),
+            mediated_devices=permitted_mediated_devices(vgpu_pools, cfg.vgpu.custom_configs),
+            depends_on=after,
             opts=self._opts(),
         )

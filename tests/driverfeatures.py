@@ -17,10 +17,7 @@ import yaml
 from components.config import load_config
 from components.kit.digest import plain
 from components.kit.stack_inputs import operands
-from components.stack import validated_files
-from components.states.driver.state import plan_driver_daemonsets
-from components.states.driver.targets import gpudirect_sidecars, plan_targets
-from components.states.driver.vgpu_manager import plan_vgpu_managers, vgpu_manager_flavours
+from components.plan import plan_stack
 from stacktest import ROOT, bag, stack_config
 
 GOLDEN = ROOT / "tests" / "golden" / "driver"
@@ -29,9 +26,7 @@ GOLDEN = ROOT / "tests" / "golden" / "driver"
 def driver_parts(config: dict[str, Any]) -> list[Any]:
     """The driver DaemonSets a stack's `gpu-stack:` settings plan, as the program plans them before registering."""
     cfg = load_config(bag(config))
-    ops = operands(cfg)
-    targets = plan_targets(cfg, ops.images.driver_repository, gpudirect_sidecars(cfg))
-    return [plan.parts for plan in plan_driver_daemonsets(ops, targets, cfg.upgrade, validated_files(cfg), cfg.driver)]
+    return [driver.parts for driver in plan_stack(cfg, operands(cfg)).drivers]
 
 
 def as_objects(parts: list[Any]) -> list[dict[str, Any]]:
@@ -56,10 +51,7 @@ def _driver(stack: str, edit: Callable[[dict[str, Any]], None] = lambda config: 
 def _vgpu_manager(stack: str) -> Callable[[], list[Any]]:
     def parts() -> list[Any]:
         cfg = load_config(bag(stack_config(stack)))
-        ops = operands(cfg)
-        return [rolled.parts for rolled in plan_vgpu_managers(
-            ops, image=cfg.vgpu.manager_image, upgrade=cfg.upgrade, flavours=vgpu_manager_flavours(cfg),
-            kernel_module_config=cfg.vgpu.kernel_module_config)]
+        return [rolled.parts for rolled in plan_stack(cfg, operands(cfg)).vgpu_managers]
     return parts
 
 

