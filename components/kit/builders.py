@@ -108,6 +108,26 @@ def mount(
     return VolumeMountArgs(name=name, mount_path=path, read_only=read_only, mount_propagation=propagation, sub_path=sub_path)
 
 
+@dataclass(frozen=True)
+class Volume:
+    """A pod volume that makes its own mounts: a container's mount comes from the volume object the pod lists, so
+    it cannot name a volume the pod does not have."""
+
+    args: VolumeArgs
+
+    @property
+    def name(self) -> str:
+        return self.args.name
+
+    def mount(self, path: str, *, read_only: Optional[bool] = None, propagation: Optional[str] = None,
+              sub_path: Optional[str] = None) -> VolumeMountArgs:
+        return mount(self.name, path, read_only=read_only, propagation=propagation, sub_path=sub_path)
+
+
+def host_volume(name: str, path: str, type_: Optional[str] = None) -> Volume:
+    return Volume(host_path(name, path, type_))
+
+
 PRIVILEGED = SecurityContextArgs(privileged=True)
 PRIVILEGED_S0 = SecurityContextArgs(privileged=True, se_linux_options=SELinuxOptionsArgs(level="s0"))
 # transformValidatorSecurityContext forces uid 0 on every validator container.

@@ -11,7 +11,8 @@ from pulumi_kubernetes.core.v1 import ContainerArgs
 from components.catalogs import consts
 from components.config import Upgrade
 from components.config.keys import derived, flag
-from components.kit.builders import NODE_NAME_ENV, OPERATOR_NAMESPACE_ENV, PRIVILEGED, env, mount
+from components.kit.builders import NODE_NAME_ENV, OPERATOR_NAMESPACE_ENV, PRIVILEGED, env
+from components.states.driver import volumes as v
 
 
 def manager_evicts(upgrade: Upgrade) -> bool:
@@ -59,9 +60,9 @@ def driver_manager(image: str, upgrade: Upgrade, digest: str, gpudirect: Sequenc
         ],
         security_context=PRIVILEGED,
         volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-sys", "/sys"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+            v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
+            v.HOST_ROOT.mount("/host", read_only=True, propagation="HostToContainer"),
+            v.HOST_SYS.mount("/sys"),
+            v.MELLANOX_DRIVERS.mount("/run/mellanox/drivers", propagation="HostToContainer"),
         ],
     )

@@ -22,6 +22,7 @@ from pulumi_kubernetes.core.v1 import (
 from components.catalogs import openshift as facts
 from components.kit.builders import PRIVILEGED_S0, env, meta, mount
 from components.states.driver.targets import OpenShiftDriver, Sidecars
+from components.states.driver import volumes as v
 
 
 def trusted_ca_configmap(namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
@@ -101,11 +102,11 @@ def toolkit_container(openshift: Optional[OpenShiftDriver], digest: str, sidecar
         security_context=PRIVILEGED_S0,
         volume_mounts=[
             SHARED_MOUNT,
-            mount("var-log", "/var/log"),
-            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
-            mount("host-os-release", "/host-etc/os-release", read_only=True),
-            mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-            mount("nv-firmware", "/lib/firmware"),
+            v.VAR_LOG.mount("/var/log"),
+            v.MOFED_SOURCES.mount("/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+            v.HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+            v.FIRMWARE_SEARCH_PATH.mount("/sys/module/firmware_class/parameters/path"),
+            v.NV_FIRMWARE.mount("/lib/firmware"),
         ],
     )
 

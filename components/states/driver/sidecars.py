@@ -14,6 +14,7 @@ from components.catalogs.openshift import DTK_ENTRYPOINT, DTK_SHARED_DIR, DTK_SI
 from components.kit.builders import PRIVILEGED_S0, env, mount
 from components.states.driver.extensions import DriverPodExtensions
 from components.states.driver.targets import DriverTarget, Sidecars, sidecar_images
+from components.states.driver import volumes as v
 
 # k8s-driver-manager, the driver and peermem must run under runc, never the NVIDIA runtime's hook (NVIDIA's
 # state-driver manifest sets it on all three).
@@ -39,9 +40,9 @@ AWAIT_DRIVER = (
 )
 PEERMEM_PROBE = "nvidia-driver probe_nvidia_peermem"
 SIDECAR_MOUNTS = (
-    mount("run-nvidia", consts.RUN_NVIDIA, propagation="HostToContainer"),
-    mount("var-log", "/var/log"),
-    mount("dev-log", "/dev/log", read_only=True),
+    v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="HostToContainer"),
+    v.VAR_LOG.mount("/var/log"),
+    v.DEV_LOG.mount("/dev/log", read_only=True),
 )
 
 
@@ -63,10 +64,10 @@ def gpudirect_containers(target: DriverTarget, ext: Optional[DriverPodExtensions
                 env=[RUNC_ONLY, *([env("USE_HOST_MOFED", "true")] if sidecars.host_mofed else [])],
                 security_context=PRIVILEGED_S0,
                 volume_mounts=[
-                    mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-                    mount("var-log", "/var/log"),
-                    mount("dev-log", "/dev/log", read_only=True),
-                    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+                    v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
+                    v.VAR_LOG.mount("/var/log"),
+                    v.DEV_LOG.mount("/dev/log", read_only=True),
+                    v.MELLANOX_DRIVERS.mount("/run/mellanox/drivers", propagation="HostToContainer"),
                     *ext.peermem_mounts,
                 ],
                 startup_probe=_shell_probe(PEERMEM_PROBE, initial_delay=10, period=10, failures=120),

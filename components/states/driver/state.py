@@ -68,19 +68,19 @@ from components.kit.builders import (
     PRIVILEGED_S0,
     DaemonSetParts,
     Operands,
+    Volume,
     also_after,
     child_opts,
     env,
     env_from_field,
-    host_path,
     meta,
-    mount,
     operand_daemonset_parts,
     register_daemonset,
 )
 from components.kit.rbac import SCC_USE, rbac_set, rule
 from components.config import Driver as DriverSettings
 from components.config import NodePool, Upgrade
+from components.states.driver import volumes as v
 from components.states.driver.manager import driver_manager, manager_evicts
 from components.states.driver.extensions import (
     pod_extensions,
@@ -147,22 +147,17 @@ def cluster_rules(upgrade: Upgrade) -> tuple:
     return (*CLUSTER_RULES, EVICTION_RULE) if manager_evicts(upgrade) else CLUSTER_RULES
 
 
-VOLUMES = (
-    host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
-    host_path("var-log", "/var/log"),
-    host_path("dev-log", "/dev/log"),
-    host_path("host-os-release", "/etc/os-release"),
-    host_path("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "DirectoryOrCreate"),
-    host_path("run-nvidia-topologyd", "/run/nvidia-topologyd", "DirectoryOrCreate"),
-    host_path("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
-    host_path("run-mellanox-drivers", "/run/mellanox/drivers", "DirectoryOrCreate"),
-    host_path("run-nvidia-validations", consts.VALIDATIONS_DIR, "DirectoryOrCreate"),
-    host_path("host-root", "/"),
-    host_path("host-sys", "/sys", "Directory"),
-    host_path("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-    host_path("host-sys-devices-system", "/sys/devices/system", "Directory"),
-    host_path("nv-firmware", f"{consts.DRIVER_INSTALL_DIR}/lib/firmware", "DirectoryOrCreate"),
-)
+# The startup probe's script, from the ConfigMap `Driver` registers beside the DaemonSets.
+STARTUP_PROBE_VOLUME = Volume(VolumeArgs(
+    name="driver-startup-probe-script",
+    config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
+))
+
+
+def driver_volumes(host_mofed: bool) -> list[Volume]:
+    """The driver pod's volumes: the asset's, with the host's MOFED sources where rdma.useHostMofed says so."""
+    swapped = {v.MOFED_SOURCES: v.HOST_MOFED_SOURCES} if host_mofed else {}
+    return [swapped.get(volume, volume) for volume in v.DRIVER_VOLUMES] + [STARTUP_PROBE_VOLUME]
 
 
 @dataclass(frozen=True)
@@ -231,15 +226,8 @@ def driver_daemonset_parts(
         init_containers=[*wait_for_completion_containers(ops.images.node_agent, upgrade), manager],
         extra_tolerations=wait_for_completion_tolerations(upgrade),
         containers=[driver, *gpudirect.containers, *([dtk] if dtk else [])],
-        volumes=[
-            *(_host_mofed_sources(v) if target.sidecars.host_mofed else v for v in VOLUMES),
-            VolumeArgs(
-                name="driver-startup-probe-script",
-                config_map=ConfigMapVolumeSourceArgs(name=STARTUP_PROBE_CONFIGMAP, default_mode=0o755),
-            ),
-            *ext.volumes,
-            *on_openshift.volumes,
-        ],
+        volumes=[*(volume.args for volume in driver_volumes(target.sidecars.host_mofed)), *ext.volumes,
+                 *on_openshift.volumes],
     )
     # The RHCOS build labels the DaemonSet only, as the operator's: its pods are told apart by the node selector.
     return parts.labelled(on_openshift.daemonset_labels)
@@ -316,18 +304,18 @@ def _driver_container(target: DriverTarget, ext, settings: DriverSettings, valid
 
 
 DRIVER_MOUNTS = (
-    mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-    mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
-    mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
-    mount("var-log", "/var/log"),
-    mount("dev-log", "/dev/log"),
-    mount("host-os-release", "/host-etc/os-release", read_only=True),
-    mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
-    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-    mount("host-sys-devices-system", "/sys/devices/system"),
-    mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-    mount("nv-firmware", "/lib/firmware"),
-    mount("driver-startup-probe-script", f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
+    v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
+    v.FABRICMANAGER.mount("/run/nvidia-fabricmanager"),
+    v.TOPOLOGYD.mount("/run/nvidia-topologyd"),
+    v.VAR_LOG.mount("/var/log"),
+    v.DEV_LOG.mount("/dev/log"),
+    v.HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+    v.MOFED_SOURCES.mount("/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+    v.MELLANOX_DRIVERS.mount("/run/mellanox/drivers", propagation="HostToContainer"),
+    v.SYS_DEVICES_SYSTEM.mount("/sys/devices/system"),
+    v.FIRMWARE_SEARCH_PATH.mount("/sys/module/firmware_class/parameters/path"),
+    v.NV_FIRMWARE.mount("/lib/firmware"),
+    STARTUP_PROBE_VOLUME.mount(f"/usr/local/bin/{STARTUP_PROBE_SCRIPT}", sub_path=STARTUP_PROBE_SCRIPT),
 )
 
 # Two driver pods on one node would unload each other's modules.
@@ -382,11 +370,6 @@ def _pool_affinity(target: DriverTarget, built_for: Mapping[str, str]) -> Option
     return NodeAffinityArgs(
         required_during_scheduling_ignored_during_execution=NodeSelectorArgs(node_selector_terms=[assigned, unassigned])
     )
-
-
-def _host_mofed_sources(volume: VolumeArgs) -> VolumeArgs:
-    # peermem builds against the MOFED sources; a host install keeps them in /usr/src (ofa_kernel).
-    return host_path(volume.name, "/usr/src", "DirectoryOrCreate") if volume.name == "mlnx-ofed-usr-src" else volume
 
 
 class Driver(pulumi.ComponentResource):

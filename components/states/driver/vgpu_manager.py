@@ -54,8 +54,6 @@ from components.kit.builders import (
     child_opts,
     env,
     env_from_field,
-    host_path,
-    mount,
     operand_daemonset_parts,
     register_daemonset,
 )
@@ -70,6 +68,7 @@ from components.states.driver.rolled import UPDATE_STRATEGY, RolledDaemonSet, ag
 from components.states.driver.manager import driver_manager
 from components.states.driver.state import COMPONENT_LABEL, PRECOMPILED_LABEL, cluster_rules
 from components.states.driver.state import NAME as DRIVER_COMPONENT
+from components.states.driver import volumes as v
 
 NAME = "nvidia-vgpu-manager"
 DAEMONSET = "nvidia-vgpu-manager-daemonset"
@@ -77,25 +76,6 @@ CONTAINER = consts.DRIVER_CONTAINER
 COMPONENT = "nvidia-vgpu-host-manager"
 DEPLOY_COMPONENT = "vgpu-manager"
 TERMINATION_GRACE_PERIOD_SECONDS = 120
-
-VOLUMES = (
-    host_path("run-nvidia", consts.RUN_NVIDIA, "DirectoryOrCreate"),
-    host_path("var-log", "/var/log"),
-    host_path("dev-log", "/dev/log"),
-    host_path("host-os-release", "/etc/os-release"),
-    host_path("cgroup", "/sys/fs/cgroup"),
-    host_path("vfio", "/dev/vfio"),
-    host_path("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "DirectoryOrCreate"),
-    host_path("run-nvidia-topologyd", "/run/nvidia-topologyd", "DirectoryOrCreate"),
-    host_path("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
-    host_path("run-mellanox-drivers", "/run/mellanox/drivers", "DirectoryOrCreate"),
-    host_path("host-root", "/"),
-    host_path("host-sys", "/sys", "Directory"),
-    host_path("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-    host_path("host-sys-devices-system", "/sys/devices/system", "Directory"),
-    host_path("nv-firmware", f"{consts.DRIVER_INSTALL_DIR}/lib/firmware", "DirectoryOrCreate"),
-)
-
 
 def config_digest(image: str, openshift: Optional[OpenShiftDriver] = None, kernel_module_config: Optional[NamedFiles] = None) -> str:
     """DRIVER_CONFIG_DIGEST: lets k8s-driver-manager keep a loaded vGPU manager whose image (and, on OpenShift, DTK
@@ -126,19 +106,19 @@ def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] =
         ],
         security_context=PRIVILEGED_S0,
         volume_mounts=[
-            mount("run-nvidia", consts.RUN_NVIDIA, propagation="Bidirectional"),
-            mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
-            mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
-            mount("var-log", "/var/log"),
-            mount("dev-log", "/dev/log"),
-            mount("host-os-release", "/host-etc/os-release", read_only=True),
-            mount("cgroup", "/sys/fs/cgroup"),
-            mount("vfio", "/dev/vfio"),
-            mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
-            mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
-            mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
-            mount("host-sys-devices-system", "/sys/devices/system"),
-            mount("nv-firmware", "/lib/firmware"),
+            v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
+            v.FABRICMANAGER.mount("/run/nvidia-fabricmanager"),
+            v.TOPOLOGYD.mount("/run/nvidia-topologyd"),
+            v.VAR_LOG.mount("/var/log"),
+            v.DEV_LOG.mount("/dev/log"),
+            v.HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+            v.CGROUP.mount("/sys/fs/cgroup"),
+            v.VFIO.mount("/dev/vfio"),
+            v.MOFED_SOURCES.mount("/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+            v.MELLANOX_DRIVERS.mount("/run/mellanox/drivers", propagation="HostToContainer"),
+            v.FIRMWARE_SEARCH_PATH.mount("/sys/module/firmware_class/parameters/path"),
+            v.SYS_DEVICES_SYSTEM.mount("/sys/devices/system"),
+            v.NV_FIRMWARE.mount("/lib/firmware"),
             *driver_mounts(openshift),
             *extra_mounts,
         ],
@@ -222,7 +202,8 @@ def plan_vgpu_managers(
             update_strategy=UPDATE_STRATEGY,
             init_containers=[driver_manager(ops.images.driver_manager, upgrade, digest, own_eviction=True)],
             containers=[vgpu_manager(image, digest, openshift, module_mounts), *([dtk] if dtk else [])],
-            volumes=[*VOLUMES, *driver_volumes(openshift), *([module_volume] if module_volume else [])],
+            volumes=[*(volume.args for volume in v.VGPU_MANAGER_VOLUMES), *driver_volumes(openshift),
+                     *([module_volume] if module_volume else [])],
             termination_grace_period_seconds=TERMINATION_GRACE_PERIOD_SECONDS,
         )
         planned.append(agent_rolled(parts.labelled(daemonset_labels), build))
