@@ -294,8 +294,9 @@ def shipped_renders() -> dict[str, list[dict[str, Any]]]:
     return renders
 
 
-def stale(path: Path = PAGE) -> bool:
-    return generated.stale(path, page(shipped_renders()))
+def stale(path: Path = PAGE, renders: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> bool:
+    """Whether the page differs from what `renders` (default: every shipped stack, rendered here) give."""
+    return generated.stale(path, page(shipped_renders() if renders is None else renders))
 
 
 def write(path: Path = PAGE) -> bool:
