@@ -304,12 +304,7 @@ def _driver_container(target: DriverTarget, ext, settings: DriverSettings, valid
 
 
 DRIVER_MOUNTS = (
-    v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
-    v.FABRICMANAGER.mount("/run/nvidia-fabricmanager"),
-    v.TOPOLOGYD.mount("/run/nvidia-topologyd"),
-    v.VAR_LOG.mount("/var/log"),
-    v.DEV_LOG.mount("/dev/log"),
-    v.HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+    *v.HOST_DRIVER_MOUNTS,
     v.MOFED_SOURCES.mount("/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
     v.MELLANOX_DRIVERS.mount("/run/mellanox/drivers", propagation="HostToContainer"),
     v.SYS_DEVICES_SYSTEM.mount("/sys/devices/system"),

@@ -106,12 +106,7 @@ def vgpu_manager(image: str, digest: str, openshift: Optional[OpenShiftDriver] =
         ],
         security_context=PRIVILEGED_S0,
         volume_mounts=[
-            v.RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
-            v.FABRICMANAGER.mount("/run/nvidia-fabricmanager"),
-            v.TOPOLOGYD.mount("/run/nvidia-topologyd"),
-            v.VAR_LOG.mount("/var/log"),
-            v.DEV_LOG.mount("/dev/log"),
-            v.HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+            *v.HOST_DRIVER_MOUNTS,
             v.CGROUP.mount("/sys/fs/cgroup"),
             v.VFIO.mount("/dev/vfio"),
             v.MOFED_SOURCES.mount("/run/mellanox/drivers/usr/src", propagation="HostToContainer"),

@@ -28,6 +28,16 @@ NV_FIRMWARE = host_volume("nv-firmware", f"{consts.DRIVER_INSTALL_DIR}/lib/firmw
 CGROUP = host_volume("cgroup", "/sys/fs/cgroup")
 VFIO = host_volume("vfio", "/dev/vfio")
 
+# What the container of a host driver (the driver's, the vGPU manager's) mounts first, in the asset's order.
+HOST_DRIVER_MOUNTS = (
+    RUN_NVIDIA.mount(consts.RUN_NVIDIA, propagation="Bidirectional"),
+    FABRICMANAGER.mount("/run/nvidia-fabricmanager"),
+    TOPOLOGYD.mount("/run/nvidia-topologyd"),
+    VAR_LOG.mount("/var/log"),
+    DEV_LOG.mount("/dev/log"),
+    HOST_OS_RELEASE.mount("/host-etc/os-release", read_only=True),
+)
+
 # The driver DaemonSet's, in the asset's order.
 DRIVER_VOLUMES = (
     RUN_NVIDIA, VAR_LOG, DEV_LOG, HOST_OS_RELEASE, FABRICMANAGER, TOPOLOGYD, MOFED_SOURCES, MELLANOX_DRIVERS,
