@@ -54,7 +54,7 @@ from components.config import stack_file_config  # noqa: E402
 from components.kit import naming  # noqa: E402
 from gpustack.mockrun import Recording, run_program  # noqa: E402
 from gpustack.render import kubernetes_object  # noqa: E402
-from gpustack_agent import budget as agent_budget  # noqa: E402
+from gpustack_agent.model import budget as agent_budget  # noqa: E402
 from simcluster import NODES, PODS  # noqa: E402
 from simfleet import Fleet, StepTimes, labelled_nodes  # noqa: E402
 
@@ -196,7 +196,7 @@ def fake_inventory() -> Any:
     from unittest import mock
 
     import fakenvml
-    from gpustack_agent import inventory
+    from gpustack_agent.inventory import inventory
 
     fake = fakenvml.FakeNvml([fakenvml.h100_80gb() for _ in range(8)])
     with mock.patch.multiple("pynvml", **{name: getattr(fake, name) for name in dir(fake)

@@ -1,6 +1,6 @@
 """`python -m gpustack inventory [--stack NAME] [--pool NAME] [--json]`: this machine's GPUs against a stack.
 
-The NVML read is the node agent's (node_images/node-agent/gpustack_agent/inventory.py), imported from the
+The NVML read is the node agent's (node_images/node-agent/gpustack_agent/inventory/inventory.py), imported from the
 checkout so the CLI and the agent running in the cluster can never read the hardware differently. This module
 adds what needs the whole stack: the pool entry a node like this one gets, and every disagreement with the
 pools that could hold it (model, memory, MIG mode and layout, driver plan, workload type).
@@ -32,10 +32,10 @@ AGENT_DIR = Path(__file__).resolve().parent.parent / "node_images" / "node-agent
 if str(AGENT_DIR) not in sys.path:
     sys.path.insert(0, str(AGENT_DIR))
 
-from gpustack_agent import drift as agent_drift  # noqa: E402
-from gpustack_agent import inventory as agent  # noqa: E402
-from gpustack_agent.drift import Drift  # noqa: E402
-from gpustack_agent.inventory import Inventory, NvmlUnavailable  # noqa: E402
+from gpustack_agent.inventory import drift as agent_drift  # noqa: E402
+from gpustack_agent.inventory import inventory as agent  # noqa: E402
+from gpustack_agent.inventory.drift import Drift  # noqa: E402
+from gpustack_agent.inventory.inventory import Inventory, NvmlUnavailable  # noqa: E402
 
 EXIT_OK, EXIT_DRIFT, EXIT_CONFIG, EXIT_NO_GPU = 0, 1, 2, 3
 HOSTNAME_LABEL = "kubernetes.io/hostname"

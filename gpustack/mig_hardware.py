@@ -16,9 +16,9 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 from components.catalogs import mig_profiles
 from gpustack.inventory import CATALOG_MODELS, EXIT_DRIFT, EXIT_NO_GPU, EXIT_OK, inventory_header
-from gpustack_agent import inventory as agent
-from gpustack_agent.drift import gpu_list
-from gpustack_agent.inventory import Inventory, MigProfileInfo, NvmlUnavailable
+from gpustack_agent.inventory import inventory as agent
+from gpustack_agent.inventory.drift import gpu_list
+from gpustack_agent.inventory.inventory import Inventory, MigProfileInfo, NvmlUnavailable
 
 
 def read_with_profiles() -> Inventory:

@@ -239,8 +239,7 @@ def test_what_the_config_allows_the_node_agent_accepts():
     from components.config.upgrade import WaitForCompletion
 
     sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
-    from gpustack_agent import labels as agent_labels
-    from gpustack_agent import settings as agent_settings
+    from gpustack_agent.model import labels as agent_labels, settings as agent_settings
 
     def upper_bound(model, field: str) -> int:
         return next(m.le for m in model.model_fields[field].metadata if hasattr(m, "le"))
@@ -262,7 +261,7 @@ def test_the_fleet_budget_at_the_configs_bounds_is_a_document_the_node_agent_acc
     from components.states.node_labeler import DriverImage, Removal, agent_config
 
     sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
-    from gpustack_agent import labels as agent_labels
+    from gpustack_agent.model import labels as agent_labels
 
     cfg = load_config(bag(BASE))
     pool = cfg.node_pools[0]

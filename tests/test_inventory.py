@@ -19,7 +19,7 @@ from stacktest import ROOT, bag, stack_config
 sys.path.insert(0, str(ROOT / "node_images" / "node-agent" / "tests"))
 from fakenvml import DISABLE, ENABLE, FakeGpu, FakeNvml, a100_80gb, h100_80gb, h200, l4  # noqa: E402
 
-from gpustack_agent import inventory as agent  # noqa: E402
+from gpustack_agent.inventory import inventory as agent  # noqa: E402
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 

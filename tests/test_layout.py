@@ -30,7 +30,7 @@ def code_modules() -> list:
 
 def test_the_walk_finds_the_code():
     names = {str(p.relative_to(ROOT)) for p in code_modules()}
-    assert {"components/stack.py", "gpustack/__main__.py", "node_images/node-agent/gpustack_agent/inventory.py",
+    assert {"components/stack.py", "gpustack/__main__.py", "node_images/node-agent/gpustack_agent/inventory/inventory.py",
             "policies/__main__.py"} <= names
     assert not any("/tests/" in name for name in names)
 

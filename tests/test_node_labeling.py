@@ -9,7 +9,7 @@ from stacktest import ROOT, objects, render_stack
 
 sys.path.insert(0, str(ROOT / "node_images" / "node-agent"))
 
-from gpustack_agent.labels import desired_patch, parse_config  # noqa: E402
+from gpustack_agent.model.labels import desired_patch, parse_config  # noqa: E402
 
 
 def agent_config(stack: str) -> dict:

@@ -12,7 +12,7 @@ from components.config import ConfigError, load_config
 from components.config.cluster import MIN_NODE_AGENT_VERSION
 from gpustack import inventory  # noqa: F401  (puts the node agent on sys.path)
 from gpustack_agent import __version__ as agent_version
-from gpustack_agent import completion
+from gpustack_agent.wait import completion
 from stacktest import bag, container, env_of, objects, render, stack_config
 
 KEY = "gpu-stack:upgrade.waitForCompletion"

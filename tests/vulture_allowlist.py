@@ -27,7 +27,7 @@ _.make_urn  # pulumi.runtime.Mocks (gpustack/mockrun.py's monitor)
 _.new_resource  # pulumi.runtime.Mocks
 _.compose_sequence_node  # yaml's Composer, overridden to count nodes (node_images/inputfiles.py)
 _.compose_mapping_node  # yaml's Composer
-_.get_return_type  # kubernetes.watch.Watch, overridden for raw events (gpustack_agent/podwatch.py)
+_.get_return_type  # kubernetes.watch.Watch, overridden for raw events (gpustack_agent/api/podwatch.py)
 _.get_watch_argument_name  # kubernetes.watch.Watch
 _._raw_return_type  # kubernetes.watch.Watch reads it
 _._stop  # kubernetes.watch.Watch reads it

@@ -9,14 +9,14 @@ The same image also carries the one-shot validation gate that a Job runs after
 annotates the node with them and with their drift from its pool, and the driver pod's
 ``wait-for-completion`` init container (upgrade.waitForCompletion).
 
-Module layout keeps decisions testable without a cluster: :mod:`.labels`, :mod:`.gate`,
-:mod:`.removal` (which label changes wait for a slot), :mod:`.budget` and :mod:`.slots` (the fleet's one
-disruption budget), :mod:`.upgrade` (whether a driver pod is out of date; which slot a
-node may take) and :mod:`.pods` are pure functions over API objects as plain dicts,
-:mod:`.inventory` holds the NVML read (also imported by ``python -m gpustack inventory``)
-and pure drift checks; :mod:`.kube` (API glue, loops, the gate), :mod:`.pacer` (paced
-disruptions: the budget, evictions, driver upgrades) and :mod:`.completion` (cordon, wait for matching pods,
-uncordon) are the only modules that talk to the API server.
+A package per program, as client-go's authors lay out a controller: the entry points (``__main__``: one
+subcommand per program), API access (:mod:`.api`: clients, reads and writes, watches, the backoff every loop runs
+under, evictions and the budget's writes), the model (:mod:`.model`: the node-pools document, labels, upgrade
+states, the budget's records and the handshakes on a Node, all pure functions over API objects as plain dicts), and
+one package per program: :mod:`.label` (the label loop and its Pacer), :mod:`.inventory` (the NVML read, also
+imported by ``python -m gpustack inventory``, and the drift), :mod:`.wait` (wait-for-completion), :mod:`.gate` (the
+verdict and the gate Job's polling) and :mod:`.coordinate` (the upgrade coordinator). Only api, the programs'
+loops and the coordinator talk to the API server.
 """
 
 __version__ = "0.10.0"

@@ -25,9 +25,15 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import completion, configfile, coordinate, coordinator, gate, inventory, kube, labelloop, labels, labelcheck, pacer
-from .settings import (DEFAULT_CONFIG_FILE, DEFAULT_POLL_SECONDS, DEFAULT_RESYNC_SECONDS, CoordinateSettings,
-                       GateSettings, LabelSettings, SettingsError, WaitSettings, read_own_namespace)
+from gpustack_agent.api import kube
+from gpustack_agent.coordinate import coordinate, coordinator
+from gpustack_agent.gate import gate, job
+from gpustack_agent.inventory import inventory, loop
+from gpustack_agent.label import labelloop, pacer
+from gpustack_agent.model import configfile, labelcheck, labels
+from gpustack_agent.model.settings import (DEFAULT_CONFIG_FILE, DEFAULT_POLL_SECONDS, DEFAULT_RESYNC_SECONDS, CoordinateSettings,
+                                           GateSettings, LabelSettings, SettingsError, WaitSettings, read_own_namespace)
+from gpustack_agent.wait import completion
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TERMINATED = 0, 1, 2, 143
 read_config = configfile.read_config
@@ -244,7 +250,7 @@ def _run_inventory(settings: LabelSettings, clients: Clients) -> int:
     core, _, _, _ = clients()
     log_json({"level": "info", "event": "starting", "command": "inventory", "node": settings.node_name,
               "configFile": settings.config_file, "resyncSeconds": settings.resync_seconds})
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core,
         node_name=settings.node_name,
         load_config=source.load,
@@ -271,7 +277,7 @@ def _run_wait(settings: WaitSettings, clients: Clients) -> int:
 
 def _run_gate(settings: GateSettings, clients: Clients) -> int:
     core, batch, apps, _ = clients()
-    return kube.run_gate(
+    return job.run_gate(
         core,
         batch,
         apps=apps,

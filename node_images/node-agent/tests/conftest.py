@@ -49,7 +49,7 @@ def pool_config() -> dict[str, Any]:
 def termination_log(tmp_path, monkeypatch) -> Path:
     """Where a gate run through `__main__` writes its termination message: never the real /dev/termination-log
     of the machine running the tests."""
-    from gpustack_agent import kube
+    from gpustack_agent.api import kube
 
     path = tmp_path / "termination-log"
     monkeypatch.setattr(kube, "DEFAULT_TERMINATION_MESSAGE_PATH", str(path))

@@ -19,8 +19,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import NAMESPACE, FakeCluster, Recorder, driver_pod, gpu_job_pod, renamed
-from gpustack_agent import kube, labels
-from gpustack_agent.pacer import Pacer
+from gpustack_agent.api import kube
+from gpustack_agent.label.pacer import Pacer
+from gpustack_agent.model import labels
 
 MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 WRITES = ("patch_node", "create_namespaced_pod_eviction", "delete_namespaced_pod", "create_namespaced_config_map",

@@ -4,7 +4,7 @@ Run it on a GPU machine (root is not needed for anything the inventory reads):
 
     PYTHONPATH=node_images/node-agent python node_images/node-agent/tests/record_nvml.py > nvml.json
 
-It asks every question the inventory read asks (`gpustack_agent/inventory.py`), plus the GPU instance profile
+It asks every question the inventory read asks (`gpustack_agent/inventory/inventory.py`), plus the GPU instance profile
 table (`nvmlDeviceGetGpuInstanceProfileInfoV` for every profile id, with its possible placements) that
 `python -m gpustack inventory --mig-profiles` compares with gpu-stack's MIG catalog. A call that fails is
 recorded as the name of the pynvml exception it raised, so the replay raises the same class. Nothing here

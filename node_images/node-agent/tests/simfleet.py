@@ -30,7 +30,9 @@ import greenlet
 from kubernetes.client.exceptions import ApiException
 
 from gpustack_agent import __main__ as agent_main
-from gpustack_agent import budget, coordinate, kube, labels, removal
+from gpustack_agent.coordinate import coordinate
+from gpustack_agent.model import budget, labels, removal
+from gpustack_agent.inventory import loop
 from simcluster import CONFIG_MAPS, DAEMON_SETS, NODES, PODS, Api, GreenRuntime, Hub, Server
 
 NAMESPACE = "gpu-operator"
@@ -312,7 +314,7 @@ class Fleet:
 
         def run() -> None:
             self.hub.sleep(task_rng.uniform(0, self.inventory_seconds))
-            kube.run_inventory_loop(api, node_name=name, load_config=self.feed.reader(f"inventory/{name}"),
+            loop.run_inventory_loop(api, node_name=name, load_config=self.feed.reader(f"inventory/{name}"),
                                     read_inventory=read, resync_seconds=self.inventory_seconds,
                                     log=self._log(f"inventory/{name}"), sleep=self.hub.sleep, rng=task_rng.random)
         self.inventories[name] = self.hub.spawn(run, f"inventory/{name}")

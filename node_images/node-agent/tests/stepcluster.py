@@ -9,8 +9,11 @@ import datetime
 import json
 from typing import Any, Mapping
 
-from gpustack_agent import budget, coordinate, coordinator, informer, labelloop, labels
-from gpustack_agent.pacer import Pacer
+from gpustack_agent.api import informer
+from gpustack_agent.coordinate import coordinate, coordinator
+from gpustack_agent.label import labelloop
+from gpustack_agent.label.pacer import Pacer
+from gpustack_agent.model import budget, labels
 from simcluster import CONFIG_MAPS, DAEMON_SETS, NODES, PODS, Api, Hub, Server
 
 NAMESPACE = "gpu-operator"

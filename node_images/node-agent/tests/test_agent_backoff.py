@@ -13,7 +13,11 @@ from kubernetes.client.exceptions import ApiException
 
 from agenttest import Recorder, fake_api, model, stop_after
 from fakenvml import FakeNvml, a100_40gb
-from gpustack_agent import backoff, inventory, kube, labelloop, podwatch
+from gpustack_agent.api import backoff, kube, podwatch
+from gpustack_agent.inventory import inventory
+from gpustack_agent.label import labelloop
+from gpustack_agent.gate import job
+from gpustack_agent.inventory import loop
 
 # rng=1.0: every pause is the whole ceiling, 1, 2, 4, ... up to the cap of 30 s.
 GROWING = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
@@ -145,7 +149,7 @@ def test_the_inventory_loop_backs_off_errors_and_resets_after_a_good_pass(monkey
                                   ApiException(status=500)]
     clock, log = Clock(), Recorder()
 
-    kube.run_inventory_loop(core, node_name="n1", load_config=lambda: pool_config,
+    loop.run_inventory_loop(core, node_name="n1", load_config=lambda: pool_config,
                             read_inventory=inventory.read_inventory, resync_seconds=60, log=log, stop=stop_after(4),
                             sleep=clock.sleep, rng=lambda: 1.0)
 
@@ -158,7 +162,7 @@ def test_the_gate_backs_off_failed_polls_beyond_its_poll_interval(load_fixture):
     core.list_node.side_effect = ApiException(status=503, reason="Service Unavailable")
     clock, log = Clock(), Recorder()
 
-    code = kube.run_gate(core, batch, namespace="gpu-operator", job_namespace="gpu-operator", job_name="gate",
+    code = job.run_gate(core, batch, namespace="gpu-operator", job_namespace="gpu-operator", job_name="gate",
                          timeout_seconds=40, poll_seconds=2, mode="strict", log=log, out=lambda line: None,
                          termination_message_path=None, clock=clock, sleep=clock.sleep, rng=lambda: 1.0)
 

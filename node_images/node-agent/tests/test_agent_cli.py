@@ -15,7 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from agenttest import clients_of, fake_api, model
 from gpustack_agent import __main__ as cli
-from gpustack_agent import gate, labels
+from gpustack_agent.gate import gate
+from gpustack_agent.model import labels
 
 AGENT_DIR = Path(__file__).resolve().parents[1]
 GATE_ENV = {"NAMESPACE": "gpu-operator", "TIMEOUT_SECONDS": "0", "MODE": "strict", "JOB_NAME": "gpu-stack-validation"}
@@ -330,7 +331,7 @@ def test_bad_expected_nodes_exit_2_before_touching_the_api(capsys, env, message)
 
 
 def test_termination_message_path_defaults_to_the_kubelets_file(monkeypatch):
-    from gpustack_agent import kube
+    from gpustack_agent.api import kube
 
     monkeypatch.setattr(kube, "DEFAULT_TERMINATION_MESSAGE_PATH", "/dev/termination-log")
 

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agenttest import FakeCluster, Recorder, clients_of, finished, pod
 from gpustack_agent import __main__ as cli
-from gpustack_agent import completion
+from gpustack_agent.wait import completion
 
 NODE = "ip-10-0-12-35.ec2.internal"
 SELECTOR = "app=train"

@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 import gpustack_agent.__main__ as cli
 from agenttest import clients_of, driver_pod, renamed
-from gpustack_agent import budget, grants, informer, upgrade
+from gpustack_agent.api import informer
+from gpustack_agent.model import budget, grants, upgrade
 from simcluster import NODES, Api, Hub, Server
 from stepcluster import Cluster
 
@@ -269,5 +270,5 @@ def test_coordinate_stops_on_a_permission_it_lacks(tmp_path, paced_config, capsy
 
 
 def test_a_driver_pod_of_another_daemonset_is_not_a_revision(load_fixture):
-    from gpustack_agent import pods
+    from gpustack_agent.model import pods
     assert pods.owner(driver_pod("x", "n", A100, revision="rev1"), "DaemonSet") == A100

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import gpu_job_pod, renamed
-from gpustack_agent import budget, drains, upgrade
+from gpustack_agent.model import budget, drains, upgrade
 from simcluster import PODS, Api
 from stepcluster import Cluster
 

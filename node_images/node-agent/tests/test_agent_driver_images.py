@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpustack_agent import drift, driverimages, gate, labels, removal
-from gpustack_agent.inventory import Gpu, Inventory
+from gpustack_agent.gate import gate
+from gpustack_agent.inventory import drift
+from gpustack_agent.inventory.inventory import Gpu, Inventory
+from gpustack_agent.model import driverimages, labels, removal
 
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"

@@ -14,7 +14,10 @@ import pytest
 import gpustack_agent.__main__ as cli
 from agenttest import Recorder, fake_api, model, stop_after
 from fakenvml import FakeNvml, a100_40gb
-from gpustack_agent import configfile, inventory, kube, labelcheck, labelloop, labels
+from gpustack_agent.inventory import inventory
+from gpustack_agent.label import labelloop
+from gpustack_agent.model import configfile, labelcheck, labels
+from gpustack_agent.inventory import loop
 
 GARBAGE = {
     "feature.node.kubernetes.io/pci-10de.present": "yes",
@@ -92,7 +95,7 @@ def test_the_inventory_loop_warns_once_about_an_unknown_mig_state(monkeypatch, l
     core.read_node.side_effect = lambda *a, **k: model(node, "V1Node")
     log = Recorder()
 
-    kube.run_inventory_loop(core, node_name="n1", load_config=lambda: pool_config,
+    loop.run_inventory_loop(core, node_name="n1", load_config=lambda: pool_config,
                             read_inventory=inventory.read_inventory, resync_seconds=60, log=log, stop=stop_after(3),
                             sleep=lambda s: None)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpustack_agent import gate
-from gpustack_agent.gate import evaluate
-from gpustack_agent.labels import desired_patch
+from gpustack_agent.gate import gate
+from gpustack_agent.gate.gate import evaluate
+from gpustack_agent.model.labels import desired_patch
 
 
 def renamed(node: dict[str, Any], name: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What the gate skips, how many nodes it demands, and what fails it at once (gate.py, and kube.run_gate for the
+"""What the gate skips, how many nodes it demands, and what fails it at once (gate.py, and job.run_gate for the
 polling), against recorded Node and Pod objects."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from agenttest import Recorder, container_status, driver_pod, fake_api, model, renamed, terminating
-from gpustack_agent import gate, kube
-from gpustack_agent.gate import evaluate
+from gpustack_agent.gate import gate
+from gpustack_agent.gate.gate import evaluate
+from gpustack_agent.gate import job
 
 A100_NODE = "ip-10-0-12-35.ec2.internal"      # Ready validator
 H100_NODE = "ip-10-0-40-7.ec2.internal"       # validator on toolkit-validation
@@ -301,7 +302,7 @@ def core_listing(nodes: list[dict[str, Any]], pods: dict[str, list[dict[str, Any
 def run(core: Any, mode: str = "strict", path: Any = None, apps: Any = None, timeout: int = 60,
         **settings: Any) -> tuple[int, dict, Any]:
     clock, log, out = FakeClock(), Recorder(), []
-    code = kube.run_gate(core, fake_api(), apps=apps, namespace="gpu-operator", job_namespace="gpu-stack",
+    code = job.run_gate(core, fake_api(), apps=apps, namespace="gpu-operator", job_namespace="gpu-stack",
                          job_name="gpu-stack-validation", timeout_seconds=timeout, poll_seconds=10, mode=mode, log=log,
                          out=out.append, termination_message_path=None if path is None else str(path),
                          clock=clock, sleep=clock.sleep, **settings)
@@ -455,7 +456,7 @@ def test_the_gate_lists_a_vgpu_managers_pods_by_its_own_selector_and_every_drive
         "metadata": {"labels": {"app": A100_DS, "app.kubernetes.io/component": "nvidia-driver"}}}}}
     daemonsets = {A100_DS: a100, "vgpu": _manager_daemonset("vgpu", "nvidia-vgpu-manager-daemonset"), "gone": None}
 
-    found = kube.driver_like_pods(core, "gpu-operator", daemonsets, 5.0)
+    found = job.driver_like_pods(core, "gpu-operator", daemonsets, 5.0)
 
     assert sorted(p["metadata"]["name"] for p in found) == ["a100-pod", "vgpu-pod"]
     assert [c.kwargs["label_selector"] for c in core.list_namespaced_pod.call_args_list] == [

@@ -15,7 +15,10 @@ from kubernetes.client.exceptions import ApiException
 from fakenvml import DISABLE, ENABLE, FakeNvml, a100_40gb, a100_80gb, h100_80gb, l4, t4
 from agenttest import Recorder, clients_of, fake_api, model, stop_after
 from gpustack_agent import __main__ as cli
-from gpustack_agent import drift, inventory, kube, labels
+from gpustack_agent.api import kube
+from gpustack_agent.inventory import drift, inventory
+from gpustack_agent.model import labels
+from gpustack_agent.inventory import loop
 
 NODE_NAME = "ip-10-0-12-35.ec2.internal"
 
@@ -198,7 +201,7 @@ def test_inventory_loop_annotates_the_node_and_logs_the_drift(monkeypatch, load_
     sleep = mock.Mock()
     log = Recorder()
 
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, read_inventory=inventory.read_inventory,
         resync_seconds=60, log=log, stop=stop_after(1), sleep=sleep,
     )
@@ -241,7 +244,7 @@ def test_inventory_loop_writes_nothing_when_the_annotations_are_current(monkeypa
     core.patch_node.side_effect = patch_node
     log = Recorder()
 
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, read_inventory=inventory.read_inventory,
         resync_seconds=60, log=log, stop=stop_after(3), sleep=mock.Mock(),
     )
@@ -259,7 +262,7 @@ def test_inventory_loop_without_nvml_records_the_error(monkeypatch, load_fixture
     core.read_node.return_value = model(node, "V1Node")
     log = Recorder()
 
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, read_inventory=inventory.read_inventory,
         resync_seconds=60, log=log, stop=stop_after(1), sleep=mock.Mock(),
     )
@@ -279,7 +282,7 @@ def test_inventory_loop_keeps_the_annotations_with_an_invalid_config(monkeypatch
     sleep = mock.Mock()
     log = Recorder()
 
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core, node_name=NODE_NAME, load_config=lambda: dict(pool_config, version=5),
         read_inventory=inventory.read_inventory, resync_seconds=45, log=log, stop=stop_after(1), sleep=sleep,
     )
@@ -297,7 +300,7 @@ def test_inventory_loop_retries_server_errors_and_gives_up_on_forbidden(monkeypa
     sleep = mock.Mock()
     log = Recorder()
 
-    kube.run_inventory_loop(
+    loop.run_inventory_loop(
         core, node_name=NODE_NAME, load_config=lambda: pool_config, read_inventory=inventory.read_inventory,
         resync_seconds=60, log=log, stop=stop_after(2), sleep=sleep, rng=lambda: 1.0,
     )
@@ -307,7 +310,7 @@ def test_inventory_loop_retries_server_errors_and_gives_up_on_forbidden(monkeypa
 
     core.read_node.side_effect = ApiException(status=403, reason="Forbidden")
     with pytest.raises(ApiException):
-        kube.run_inventory_loop(
+        loop.run_inventory_loop(
             core, node_name=NODE_NAME, load_config=lambda: pool_config, read_inventory=inventory.read_inventory,
             resync_seconds=60, log=Recorder(), stop=stop_after(5), sleep=mock.Mock(),
         )

@@ -15,7 +15,10 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import Recorder, fake_api, model, stop_after
-from gpustack_agent import gate, kube, labelloop, labels, podwatch
+from gpustack_agent.api import kube, podwatch
+from gpustack_agent.gate import gate, job
+from gpustack_agent.label import labelloop
+from gpustack_agent.model import labels
 
 NODE_NAME = "ip-10-0-12-34.ec2.internal"
 
@@ -275,7 +278,7 @@ def run_gate(core: Any, batch: Any, clock: FakeClock, mode: str = "strict", time
              poll: int = 10, **wave: Any) -> tuple[int, list[str], Recorder]:
     out: list[str] = []
     log = Recorder()
-    code = kube.run_gate(
+    code = job.run_gate(
         core, batch, namespace="gpu-operator", job_namespace="gpu-stack", job_name="gpu-stack-validation",
         timeout_seconds=timeout, poll_seconds=poll, mode=mode, log=log, out=out.append,
         clock=clock, sleep=clock.sleep, **wave,

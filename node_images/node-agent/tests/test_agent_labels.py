@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_agent import labels
-from gpustack_agent.labels import ConfigError, desired_patch, parse_config
+from gpustack_agent.model import labels
+from gpustack_agent.model.labels import ConfigError, desired_patch, parse_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NODE_FIXTURES = sorted(p.stem for p in FIXTURES.glob("node-*.json"))

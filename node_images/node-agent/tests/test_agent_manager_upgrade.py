@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agenttest import driver_pod, pod
-from gpustack_agent import upgrade
+from gpustack_agent.model import upgrade
 
 NODE = "vgpu-a10-0000"
 VGPU = "nvidia-vgpu-manager-daemonset"

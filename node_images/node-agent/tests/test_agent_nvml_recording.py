@@ -13,7 +13,7 @@ import pytest
 
 import record_nvml
 from fakenvml import FakeNvml, h100_80gb, h200, l4
-from gpustack_agent import inventory
+from gpustack_agent.inventory import inventory
 
 RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "nvml"
 H100_RECORDING = RECORDINGS / "h100-80gb-hbm3-driver-580.json"

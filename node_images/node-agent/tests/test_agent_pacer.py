@@ -14,7 +14,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agenttest import A100_DRIVER, driver_pod, gpu_job_pod, operand_pod, renamed
-from gpustack_agent import drains, grants, labelloop, labels, upgrade
+from gpustack_agent.label import labelloop
+from gpustack_agent.model import drains, grants, labels, upgrade
 from simcluster import NODES
 from stepcluster import Agent, Cluster
 
@@ -798,7 +799,7 @@ def test_the_label_loop_backs_off_failed_requests(load_fixture, paced_config):
 
 def test_the_label_loop_starts_a_new_watch_when_a_change_starts_or_ends(pool_config):
     from agenttest import Recorder, fake_api, model
-    from gpustack_agent import podwatch
+    from gpustack_agent.api import podwatch
 
     node = {"metadata": {"name": NODE, "resourceVersion": "1", "labels": {"a": "1"}}}
     core = fake_api()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agenttest import A100_DRIVER, H100_DRIVER, driver_pod, finished, gpu_job_pod, operand_pod, pod, terminating
-from gpustack_agent import labels, removal
-from gpustack_agent.labels import parse_config
+from gpustack_agent.model import labels, removal
+from gpustack_agent.model.labels import parse_config
 
 NODE = "ip-10-0-12-35.ec2.internal"
 APPLIED = labels.APPLIED_LABELS_ANNOTATION

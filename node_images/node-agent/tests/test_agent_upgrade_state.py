@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gpustack_agent import upgrade
-from gpustack_agent.upgrade import UpgradeState
+from gpustack_agent.model import upgrade
+from gpustack_agent.model.upgrade import UpgradeState
 
 
 def test_the_states_are_the_labels_values_as_every_earlier_agent_wrote_them():

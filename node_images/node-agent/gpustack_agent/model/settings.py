@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from . import gate, kube, labelcheck, labels
+from gpustack_agent.api import kube
+from gpustack_agent.gate import gate
+from gpustack_agent.model import labelcheck, labels
 
 DEFAULT_CONFIG_FILE = "/etc/gpu-stack/node-pools.json"
 DEFAULT_RESYNC_SECONDS = 60

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from . import backoff, podwatch
+from gpustack_agent.api import backoff, podwatch
 
 SYNC, FATAL = "SYNC", "FATAL"
 PAGE_SIZE = 500

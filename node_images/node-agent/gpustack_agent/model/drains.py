@@ -26,8 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import pods as podinfo
-from . import removal
+from gpustack_agent.model import pods as podinfo, removal
 
 DRAIN_ANNOTATION = "gpu-stack/drain-request"
 # As before 0.10.0, when the agent evicted: a refused eviction is asked again this often (KubeVirt restarts a

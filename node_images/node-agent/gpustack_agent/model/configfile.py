@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from . import labels
-from .labelcheck import shown
+from gpustack_agent.model import labels
+from gpustack_agent.model.labelcheck import shown
 
 # A ConfigMap holds at most 1 MiB of data; a file beyond that is not one kubelet mounted from the Pulumi program.
 MAX_CONFIG_BYTES = 1 << 20

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from . import backoff, kube
+from gpustack_agent.api import backoff, kube
 
 # The hold while the wait runs (see above); the driver DaemonSet's pods tolerate it (components/states/driver/extensions.py).
 HOLD_TAINT_KEY = "gpu-stack/wait-for-completion"

@@ -17,10 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from . import driverimages
-from .budget import DRIVER_HANDOVER, LABEL_REMOVAL, MIG_RELAYOUT
-from . import pods as podinfo
-from .labels import APPLIED_LABELS_ANNOTATION, DRIVER_LABEL, OPERANDS_LABEL, Config, applied_record, desired_patch
+from gpustack_agent.model import driverimages, pods as podinfo
+from gpustack_agent.model.budget import DRIVER_HANDOVER, LABEL_REMOVAL, MIG_RELAYOUT
+from gpustack_agent.model.labels import APPLIED_LABELS_ANNOTATION, applied_record, Config, desired_patch, DRIVER_LABEL, OPERANDS_LABEL
 
 DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
 # The operands whose pod is the node's "driver": its restart takes the GPUs from the work on the node (the driver; the

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import budget
+from gpustack_agent.model import budget
 
 REQUEST_ANNOTATION = "gpu-stack/slot-request"
 GRANT_ANNOTATION = "gpu-stack/slot-grant"

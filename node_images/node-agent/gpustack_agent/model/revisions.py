@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import kube, upgrade
-from . import pods as podinfo
+from gpustack_agent.api import kube
+from gpustack_agent.model import pods as podinfo, upgrade
 
 
 def list_revisions(apps: Any, namespace: str, daemonset: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
 
-from . import kube
+from gpustack_agent.api import kube
 
 
 EVICTED, REFUSED, GONE, CHANGED = "evicted", "refused", "gone", "changed"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Mapping, Sequence
 
-from . import pods as podinfo
+from gpustack_agent.model import pods as podinfo
 
 UPGRADE_STATE_LABEL = "gpu-stack/upgrade-state"
 

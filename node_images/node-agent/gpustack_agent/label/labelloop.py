@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from . import labelcheck, labels, podwatch
-from .kube import Log, Watcher, keep_running, get_node, reconcile_node, watch_node
-from .podwatch import follow, watch_node_pods
+from gpustack_agent.api import podwatch
+from gpustack_agent.api.kube import get_node, keep_running, Log, reconcile_node, watch_node, Watcher
+from gpustack_agent.api.podwatch import follow, watch_node_pods
+from gpustack_agent.model import labelcheck, labels
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from typing import Any, Callable, Iterable
 
 from kubernetes.client.exceptions import ApiException
 
-from . import budget, drains, grants, informer, kube, labels, podops, revisions, slots, upgrade
-from .coordinator import BUDGET, DAEMONSETS, IN_LINE, MANAGED, SWEEP_SECONDS, TICK_SECONDS, Coordinator, Log, Need
+from gpustack_agent.api import informer, kube, podops, slots
+from gpustack_agent.coordinate.coordinator import BUDGET, Coordinator, DAEMONSETS, IN_LINE, Log, MANAGED, Need, SWEEP_SECONDS, TICK_SECONDS
+from gpustack_agent.model import budget, drains, grants, labels, revisions, upgrade
 
 
 class Threads:

@@ -34,9 +34,9 @@ import random
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from . import budget, drains, grants, kube, labelloop, labels, podops, podwatch, removal, revisions, slots, upgrade
-from . import pods as podinfo
-from .grants import labels_of
+from gpustack_agent.api import kube, podops, podwatch, slots
+from gpustack_agent.label import labelloop
+from gpustack_agent.model import budget, drains, grants, labels, pods as podinfo, removal, revisions, upgrade
 
 Now = Callable[[], datetime.datetime]
 # An idle node looks at its pods (orphaned driver pods, its driver pod's revision) this often even without a
@@ -264,7 +264,7 @@ class Pacer:
             if upgrade.state_of(self._node()) != upgrade.CHANGING:
                 self._patch({"metadata": {"labels": {upgrade.UPGRADE_STATE_LABEL: upgrade.CHANGING}}})
             self._notice("info", "slot-holding", reason=self.hold.reason if self.hold else None, waitingFor=reasons)
-            if removal.MIG_STATE_LABEL in labels_of(self._node()) and labels_of(self._node()).get(
+            if removal.MIG_STATE_LABEL in grants.labels_of(self._node()) and grants.labels_of(self._node()).get(
                     removal.MIG_STATE_LABEL) in removal.MIG_IN_PROGRESS:
                 # The MIG manager reports on the Node, not in a pod: its Node's events move this wait on.
                 return labelloop.Next(seconds=HOLD_WATCH_SECONDS)
@@ -313,7 +313,7 @@ class Pacer:
 
     def _target(self, config: labels.Config) -> tuple[str, str] | None:
         """The driver DaemonSet and template digest this node's upgrade goes to: the grant's, else the node's."""
-        daemonset = labels_of(self._node()).get(labels.DRIVER_LABEL)
+        daemonset = grants.labels_of(self._node()).get(labels.DRIVER_LABEL)
         assert self.hold is not None
         if self.hold.daemonset and self.hold.daemonset != daemonset:
             return None  # the node left that DaemonSet since the grant
@@ -368,7 +368,7 @@ class Pacer:
 
     def _driver_revision(self, config: labels.Config, rules: labels.Removal) -> str | None:
         """The revision of the node's live driver pod of the DaemonSet its gpu-stack/driver label names."""
-        daemonset = labels_of(self._node()).get(labels.DRIVER_LABEL)
+        daemonset = grants.labels_of(self._node()).get(labels.DRIVER_LABEL)
         if not daemonset or not self.pods.known:
             return None
         for pod in upgrade.driver_pods(self._operand_pods(rules.namespace), daemonset):
@@ -383,7 +383,7 @@ class Pacer:
         driver upgrade when it differs from the DaemonSet's newest. Removed when the node has no driver DaemonSet."""
         node = self._node()
         current = grants.driver_revision(node)
-        if not labels_of(node).get(labels.DRIVER_LABEL):
+        if not grants.labels_of(node).get(labels.DRIVER_LABEL):
             wanted = None
         else:
             wanted = self._driver_revision(config, rules) or current
@@ -391,7 +391,7 @@ class Pacer:
             self._patch({"metadata": {"labels": {grants.DRIVER_REVISION_LABEL: wanted}}})
 
     def _driver_pod_expected(self, config: labels.Config, rules: labels.Removal) -> bool:
-        node_labels = labels_of(self._node())
+        node_labels = grants.labels_of(self._node())
         daemonset = node_labels.get(labels.DRIVER_LABEL)
         return bool(daemonset) and removal.runs_driver_like(node_labels) and (
             self._driver_revision(config, rules) is None)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from . import driverimages
+from gpustack_agent.model import driverimages
 
 SUPPORTED_CONFIG_VERSIONS = (1, 2, 3, 4)
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from . import labels
+from gpustack_agent.model import labels
 
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # What NVIDIA's MIG manager writes to nvidia.com/mig.config.state.

@@ -13,7 +13,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from . import budget, kube
+from gpustack_agent.api import kube
+from gpustack_agent.model import budget
 
 # A compare-and-swap that loses this many races in a row is given up until the next pass.
 MAX_RACES = 10

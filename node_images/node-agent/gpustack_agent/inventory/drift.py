@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from . import driverimages
-from .inventory import MODELS, Gpu, Inventory, ModelSpec, NvmlUnavailable, sorted_devices
-from .labels import POOL_LABEL, Config, parse_config
+from gpustack_agent.inventory.inventory import Gpu, Inventory, MODELS, ModelSpec, NvmlUnavailable, sorted_devices
+from gpustack_agent.model import driverimages
+from gpustack_agent.model.labels import Config, parse_config, POOL_LABEL
 
 INVENTORY_ANNOTATION = "gpu-stack/inventory"
 DRIFT_ANNOTATION = "gpu-stack/drift"

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from kubernetes import client, watch
 
-from . import backoff
+from gpustack_agent.api import backoff
 
 WATCH_CLIENT_SLACK_SECONDS = 30.0
 Watcher = Callable[[Any, str, int, Optional[str]], Any]

@@ -31,7 +31,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import budget, drains, grants, informer, labels, removal, upgrade
+from gpustack_agent.api import informer
+from gpustack_agent.model import budget, drains, grants, labels, removal, upgrade
 
 IN_LINE, MANAGED, BUDGET, DAEMONSETS = "nodes-in-line", "nodes-with-a-driver", "budget", "driver-daemonsets"
 # The coordinator re-reads its node-pools file this often: kubelet rewrites it in place, without an event.

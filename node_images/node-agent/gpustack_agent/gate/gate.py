@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from .driverimages import UNLISTED_ANNOTATION
-from . import pods as podinfo
-from .labels import POOL_LABEL
+from gpustack_agent.model import pods as podinfo
+from gpustack_agent.model.driverimages import UNLISTED_ANNOTATION
+from gpustack_agent.model.labels import POOL_LABEL
 
 # Nodes that should run the validator: the agent marks GPU nodes with
 # gpu.present, and a node opted out of the validator has no pod to wait for.

@@ -1,0 +1,1 @@
+"""The `coordinate` program: the upgrade coordinator that grants the budget and carries out drains."""

@@ -1,0 +1,1 @@
+"""The `gate` program: the validation gate's verdict and its polling Job."""

@@ -1,0 +1,1 @@
+"""The `inventory` program: NVML reads and their drift from the node's pool."""
