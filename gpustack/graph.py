@@ -83,7 +83,6 @@ def states_by_urn(recording: Recording) -> dict[str, Optional[str]]:
 
 
 def mermaid(recording: Recording, changed: Iterable[str] = ()) -> str:
-    by_urn = recording.by_urn()
     stack = next((r for r in recording.registrations if r.type == STACK_TYPE), None)
     if stack is None:
         raise ValueError("the render holds no GpuStack")
