@@ -279,6 +279,20 @@ def test_a_daemonset_names_an_operand_key_or_none():
                                 service_account="nvidia-device-plugin", containers=[], volumes=[])
 
 
+def test_a_mount_of_a_volume_the_pod_lacks_is_refused_before_anything_registers():
+    from pulumi_kubernetes.core.v1 import ContainerArgs
+
+    from components.kit.builders import host_path, mount, operand_daemonset_parts
+
+    ops = operands(load_config(bag(PROD)))
+    plugin = ContainerArgs(name="nvidia-device-plugin", image="x", volume_mounts=[mount("device-plugin", "/var/lib/kubelet"),
+                                                                                   mount("cdi-root", "/var/run/cdi")])
+    with pytest.raises(ValueError, match="container nvidia-device-plugin mounts 'cdi-root', which is no volume of its pod"):
+        operand_daemonset_parts("nvidia-device-plugin-daemonset", ops, operand="devicePlugin", deploy_component="device-plugin",
+                                service_account="nvidia-device-plugin", containers=[plugin],
+                                volumes=[host_path("device-plugin", "/var/lib/kubelet/device-plugins")])
+
+
 def test_containers_are_matched_to_their_operand_inside_other_operands_pods():
     # each VM manager's pod has a key of its own for its k8s-driver-manager (falling back to operands.driverManager)
     assert targets.container_operand("k8s-driver-manager", "vfioManager") == "vfioManagerDriverManager"

@@ -365,7 +365,20 @@ def _placed_and_overridden(name: str, ops: Operands, operand: Optional[str], vol
     init_containers = apply_to_containers(init_containers, operand, ops.overrides, ops.operand_images)
     containers = apply_to_containers(containers, operand, ops.overrides, ops.operand_images)
     in_pod = operands_in_pod([*init_containers, *containers], operand, ops.overrides, ops.operand_images)
+    _mounts_name_volumes(name, volumes, [*init_containers, *containers])
     return volumes, init_containers, containers, in_pod
+
+
+def _mounts_name_volumes(name: str, volumes: Sequence[VolumeArgs], containers: Sequence[ContainerArgs]) -> None:
+    """Every mount names a volume of its pod, or nothing registers: the API server would refuse the DaemonSet
+    (`Not found`) after `pulumi up` had already changed the states before it. The driver room's volumes make their
+    own mounts (`Volume`); the other states still pair them by name, and this holds them to it."""
+    named = {volume.name for volume in volumes}
+    for container in containers:
+        for mounted in container.volume_mounts or []:
+            if mounted.name not in named:
+                raise ValueError(f"DaemonSet {name}: container {container.name} mounts {mounted.name!r}, which is no "
+                                 f"volume of its pod ({', '.join(sorted(named))})")
 
 
 def _pull_secret_refs(ops: Operands, in_pod) -> Optional[list[LocalObjectReferenceArgs]]:
